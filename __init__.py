@@ -1,0 +1,1 @@
+"""drytune: static auto-scheduling of tensor programs."""

@@ -1,0 +1,212 @@
+"""Targets: short names and TVM target dicts, each paired with the `HardwareSpec` the cost model needs."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm.target import Target
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """What the sketch rules, annotations and cost model need to know about a machine.
+
+    CPU fields are used for CPU targets, GPU fields for CUDA targets; both have defaults so that a spec
+    can be built from a plain dict (e.g. a calibration file).
+    """
+
+    kind: str  # "cpu" or "gpu"
+    arch: str  # "x86", "aarch64" or "nvidia"
+    name: str = ""
+    cores: int = 1
+    vector_bits: int = 128
+    freq_ghz: float = 2.5
+    fma_units: int = 2  # vector FMA pipes per core
+    issue_width: int = 4  # instructions issued per cycle (list scheduler)
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 1024 * 1024
+    l3_bytes: int = 8 * 1024 * 1024
+    line_bytes: int = 64
+    # GPU
+    sm_count: int = 0
+    regs_per_sm: int = 65536
+    max_regs_per_thread: int = 255
+    smem_per_sm: int = 0
+    smem_per_block: int = 49152
+    warp_size: int = 32
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    smem_banks: int = 32
+    sm_version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    def vector_lanes(self, dtype_bits: int = 32) -> int:
+        """Number of elements of `dtype_bits` in one SIMD register."""
+        return max(1, self.vector_bits // dtype_bits)
+
+    def peak_flops(self) -> float:
+        """Theoretical fp32 FMA peak of the whole machine (flop/s) from the spec alone."""
+        if self.is_gpu:
+            return 2.0 * 128 * self.sm_count * self.freq_ghz * 1e9
+        return 2.0 * self.vector_lanes(32) * self.fma_units * self.cores * self.freq_ghz * 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _cache_bytes(level: int, default: int) -> int:
+    """Per-core data cache size of `level` read from sysfs, or `default`."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            path = os.path.join(base, entry)
+            with open(os.path.join(path, "level")) as f:
+                lvl = int(f.read())
+            with open(os.path.join(path, "type")) as f:
+                typ = f.read().strip()
+            if lvl != level or typ == "Instruction":
+                continue
+            with open(os.path.join(path, "size")) as f:
+                text = f.read().strip()
+            mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+            return int(text.rstrip("KM")) * mult
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+@functools.lru_cache(maxsize=1)
+def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
+    cpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    triple = str(tvm.target.codegen.llvm_get_system_triple())
+    cores = _cpu_cores()
+    if triple.startswith("aarch64") or triple.startswith("arm64"):
+        tdict = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": cpu, "num-cores": cores}
+        spec = dataclasses.replace(_SPECS["aarch64"], cores=cores, name=f"host-{cpu}")
+        return tdict, spec
+    tdict = {"kind": "llvm", "mcpu": cpu, "num-cores": cores}
+    features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(Target(tdict))]
+    base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
+    spec = dataclasses.replace(
+        base,
+        cores=cores,
+        name=f"host-{cpu}",
+        l1_bytes=_cache_bytes(1, base.l1_bytes),
+        l2_bytes=_cache_bytes(2, base.l2_bytes),
+        l3_bytes=_cache_bytes(3, base.l3_bytes),
+    )
+    return tdict, spec
+
+
+# Documented specs of the short names. CPU numbers are per core; frequencies are nominal.
+_SPECS: dict[str, HardwareSpec] = {
+    "x86-avx512": HardwareSpec(
+        kind="cpu", arch="x86", name="x86-avx512", cores=2, vector_bits=512, freq_ghz=2.6, fma_units=2,
+        issue_width=6, l1_bytes=48 * 1024, l2_bytes=1024 * 1024, l3_bytes=32 * 1024 * 1024,
+    ),
+    "x86-avx2": HardwareSpec(
+        kind="cpu", arch="x86", name="x86-avx2", cores=4, vector_bits=256, freq_ghz=3.0, fma_units=2,
+        issue_width=4, l1_bytes=32 * 1024, l2_bytes=256 * 1024, l3_bytes=8 * 1024 * 1024,
+    ),
+    "aarch64": HardwareSpec(
+        kind="cpu", arch="aarch64", name="aarch64-neon", cores=4, vector_bits=128, freq_ghz=2.5, fma_units=2,
+        issue_width=4, l1_bytes=64 * 1024, l2_bytes=1024 * 1024, l3_bytes=8 * 1024 * 1024,
+    ),
+    # A100 (sm_80) and H100 SXM (sm_90) from NVIDIA's architecture whitepapers.
+    "cuda-sm80": HardwareSpec(
+        kind="gpu", arch="nvidia", name="cuda-sm80", freq_ghz=1.41, sm_count=108, regs_per_sm=65536,
+        smem_per_sm=164 * 1024, smem_per_block=48 * 1024, max_threads_per_sm=2048, max_blocks_per_sm=32,
+        l2_bytes=40 * 1024 * 1024, line_bytes=128, sm_version=80,
+    ),
+    "cuda-sm90": HardwareSpec(
+        kind="gpu", arch="nvidia", name="cuda-sm90", freq_ghz=1.98, sm_count=132, regs_per_sm=65536,
+        smem_per_sm=228 * 1024, smem_per_block=48 * 1024, max_threads_per_sm=2048, max_blocks_per_sm=32,
+        l2_bytes=50 * 1024 * 1024, line_bytes=128, sm_version=90,
+    ),
+}
+
+_TARGET_DICTS: dict[str, dict[str, Any]] = {
+    "x86-avx512": {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "skylake-avx512", "num-cores": 2},
+    "x86-avx2": {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell", "num-cores": 4},
+    "aarch64": {
+        "kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1", "mattr": ["+neon"],
+        "num-cores": 4,
+    },
+    "cuda-sm80": {"kind": "cuda", "arch": "sm_80", "max_num_threads": 1024, "thread_warp_size": 32},
+    "cuda-sm90": {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32},
+}
+
+SHORT_NAMES = ("llvm", *_TARGET_DICTS)
+
+
+def _spec_from_target(target: Target) -> HardwareSpec:
+    """Best-effort spec for a target given as a dict rather than a short name."""
+    kind = target.kind.name
+    attrs = dict(target.attrs)
+    if kind == "cuda":
+        arch = str(attrs.get("arch", "sm_80"))
+        base = _SPECS["cuda-sm90"] if arch >= "sm_90" else _SPECS["cuda-sm80"]
+        return dataclasses.replace(base, max_threads_per_block=int(attrs.get("max_num_threads", 1024)))
+    if kind != "llvm":
+        raise ValueError(f"unsupported target kind {kind!r}: drytune supports 'llvm' (x86, aarch64) and 'cuda'")
+    triple = str(attrs.get("mtriple", ""))
+    cores = int(attrs.get("num-cores", _cpu_cores()))
+    if triple.startswith("aarch64"):
+        return dataclasses.replace(_SPECS["aarch64"], cores=cores)
+    if not triple and "mcpu" not in attrs:
+        return _host_spec()[1]
+    features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
+    base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
+    return dataclasses.replace(base, cores=cores)
+
+
+def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:
+    """Turn a short name, target dict or `Target` into a TVM target with host set, plus its spec.
+
+    LLVM targets always carry `num-cores` (MetaSchedule requires it); CUDA targets get this machine's
+    CPU as host so that they can be built without a GPU.
+    """
+    if isinstance(target, str):
+        if target == "llvm":
+            tdict, auto_spec = _host_spec()
+        elif target in _TARGET_DICTS:
+            tdict, auto_spec = dict(_TARGET_DICTS[target]), _SPECS[target]
+        else:
+            raise ValueError(
+                f"unknown target name {target!r}; use one of {', '.join(SHORT_NAMES)} or a TVM target dict "
+                "such as {'kind': 'llvm', 'mcpu': 'znver4'}"
+            )
+        tvm_target = Target(tdict)
+    else:
+        tvm_target = target if isinstance(target, Target) else Target(dict(target))
+        if tvm_target.kind.name == "llvm" and "num-cores" not in dict(tvm_target.attrs):
+            tdict = dict(tvm_target.export())
+            tdict.pop("host", None)
+            tdict["num-cores"] = _cpu_cores()
+            tvm_target = Target(tdict)
+        auto_spec = _spec_from_target(tvm_target)
+    if tvm_target.kind.name == "cuda" and tvm_target.host is None:
+        tvm_target = tvm_target.with_host(Target(_host_spec()[0]))
+    return tvm_target, spec or auto_spec
+
+
+def spec_for(target: str | dict | Target) -> HardwareSpec:
+    """The `HardwareSpec` of a target (see `resolve_target`)."""
+    return resolve_target(target)[1]
