@@ -1,0 +1,17 @@
+"""Exception types that users may want to catch."""
+
+
+class DrytuneError(Exception):
+    """Base class of drytune's own errors."""
+
+
+class UnsupportedProgramError(DrytuneError):
+    """The tensor program uses something drytune cannot tune (e.g. dynamic shapes)."""
+
+
+class InvalidCandidateError(DrytuneError):
+    """A candidate that TVM rejects while replaying or building it; `reason` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

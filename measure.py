@@ -1,0 +1,384 @@
+"""Measure scheduled IRModules on the local CPU in a separate worker process.
+
+Building and running a candidate can crash (segfault, abort) or hang, so it happens in a spawned worker that
+is reused across candidates (importing tvm costs seconds) and replaced when it dies or times out. Modules
+travel as `tvm.ir.save_json` text, which round-trips exactly in TVM 0.27.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import statistics
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Defaults of `measure_modules` (one place)."""
+
+    number: int = 3  # runs averaged into one repeat
+    repeat: int = 5  # repeats; `seconds` is their median
+    min_repeat_ms: int = 20  # `number` grows until one repeat lasts this long
+    flush_cache: bool = False  # flush the CPU caches (all args but the first) before each repeat
+    timeout_s: float = 60.0  # per candidate: build + check + timing
+    startup_timeout_s: float = 300.0  # worker start (imports tvm; slow on a loaded machine)
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    seed: int = 0  # seed of the random inputs
+
+
+DEFAULTS = MeasureConfig()
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Outcome of one candidate: median seconds (inf if it failed), every repeat, and why it failed."""
+
+    seconds: float
+    times: tuple[float, ...] = ()  # each repeat's mean time over `number` runs
+    error: str | None = None
+    max_abs_err: float | None = None  # set when checked against a reference
+    build_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the repeats: a simple noise figure (nan without times)."""
+        if not self.times or not math.isfinite(self.seconds) or self.seconds <= 0:
+            return math.nan
+        return (max(self.times) - min(self.times)) / self.seconds
+
+
+class WorkerStartError(RuntimeError):
+    """The measurement worker could not be started (environment problem, not a candidate problem)."""
+
+
+def _failed(error: str, build_s: float = 0.0, max_abs_err: float | None = None) -> MeasureResult:
+    return MeasureResult(seconds=math.inf, error=error, build_s=build_s, max_abs_err=max_abs_err)
+
+
+# --------------------------------------------------------------------------------------------- worker side
+
+
+def _entry_name(mod: tvm.IRModule) -> str:
+    names = [gv.name_hint for gv in mod.functions]
+    if "main" in names:
+        return "main"
+    if len(names) == 1:
+        return names[0]
+    raise ValueError(f"module has no 'main' and {len(names)} functions: {names}")
+
+
+def _signature(func: tirx.PrimFunc) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each buffer parameter."""
+    return [(tuple(int(s) for s in p.shape), str(p.dtype)) for p in func.params]
+
+
+def _written_params(func: tirx.PrimFunc) -> list[int]:
+    """Indices of the parameters the function stores into (its outputs); the last one if none is found."""
+    stored: list[Any] = []
+    tvm_ffi.structural_walk(func, [(tirx.BufferStore, lambda s: stored.append(s.buffer))], order="pre")
+    written = [i for i, p in enumerate(func.params) if any(s.same_as(p) for s in stored)]
+    return written or [len(func.params) - 1]
+
+
+def _random_inputs(signature: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for shape, dtype in signature:
+        if dtype.startswith(("float", "bfloat")):
+            arrays.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+        elif dtype == "bool":
+            arrays.append(rng.random(size=shape) < 0.5)
+        else:
+            arrays.append(rng.integers(0, 8, size=shape).astype(dtype))
+    return arrays
+
+
+class _Runner:
+    """Worker-side state: builds, checks and times modules; caches the reference outputs."""
+
+    def __init__(self) -> None:
+        self.dev = tvm.cpu(0)
+        self.refs: dict[str, list[np.ndarray]] = {}
+
+    def _build(self, mod: tvm.IRModule, target: tvm.target.Target) -> tuple[Any, str]:
+        return tvm.compile(mod, target=target).jit(), _entry_name(mod)
+
+    def _run_once(self, rt_mod: Any, name: str, inputs: list[np.ndarray]) -> list[Any]:
+        args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
+        rt_mod[name](*args)
+        return args
+
+    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int) -> list[np.ndarray]:
+        key = hashlib.sha1(f"{seed}:{ref_json}".encode()).hexdigest()
+        if key not in self.refs:
+            ref = tvm.ir.load_json(ref_json)
+            rt_mod, name = self._build(ref, target)
+            inputs = _random_inputs(_signature(ref[name]), seed)
+            self.refs.clear()  # keep one reference: they can be large
+            self.refs[key] = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
+        return self.refs[key]
+
+    def measure(self, job: dict[str, Any]) -> dict[str, Any]:
+        target = tvm.target.Target(json.loads(job["target"]))
+        try:
+            mod = tvm.ir.load_json(job["mod"])
+        except Exception as e:  # any parse error is the candidate's failure
+            return {"error": f"cannot parse module: {type(e).__name__}: {e}"}
+        t0 = time.perf_counter()
+        try:
+            rt_mod, name = self._build(mod, target)
+        except Exception as e:
+            return {"error": f"build failed: {type(e).__name__}: {_first_lines(str(e))}"}
+        build_s = time.perf_counter() - t0
+        func = mod[name]
+        signature = _signature(func)
+        inputs = _random_inputs(signature, job["seed"])
+        out: dict[str, Any] = {"build_s": build_s}
+        try:
+            if job["ref"] is not None:
+                expected = self._reference(job["ref"], target, job["seed"])
+                if [(a.shape, str(a.dtype)) for a in expected] != signature:
+                    return {**out, "error": "signature differs from the reference module"}
+                got = self._run_once(rt_mod, name, inputs)
+                err = 0.0
+                close = True
+                for i in _written_params(func):
+                    g, e = got[i].numpy(), expected[i]
+                    diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
+                    err = max(err, float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0)))
+                    close = close and bool(np.allclose(g, e, rtol=job["rtol"], atol=job["atol"]))
+                out["max_abs_err"] = err
+                if not close:
+                    return {**out, "error": f"wrong result: max abs error {err:.3g} vs reference"}
+            args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
+            evaluator = rt_mod.time_evaluator(
+                name,
+                self.dev,
+                number=job["number"],
+                repeat=job["repeat"],
+                min_repeat_ms=job["min_repeat_ms"],
+                f_preproc="cache_flush_cpu_non_first_arg" if job["flush_cache"] else "",
+            )
+            out["times"] = [float(t) for t in evaluator(*args).results]
+        except Exception as e:
+            return {**out, "error": f"run failed: {type(e).__name__}: {_first_lines(str(e))}"}
+        return out
+
+
+def _first_lines(text: str, n: int = 6) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[:n])
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, log_path: str) -> None:
+    """Entry of the worker process: serve jobs from `conn` until it closes."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.dup2(fd, 1)  # native crash messages go to the log so that the parent can quote them
+    os.dup2(fd, 2)
+    runner = _Runner()
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply = runner.measure(job)
+        except Exception:  # a bug here must still answer the parent
+            reply = {"error": "worker error: " + traceback.format_exc(limit=3)}
+        conn.send(reply)
+
+
+# --------------------------------------------------------------------------------------------- parent side
+
+
+@dataclass
+class MeasureWorker:
+    """A replaceable worker process; `run(job, timeout_s)` never raises for a candidate's failure."""
+
+    startup_timeout_s: float = DEFAULTS.startup_timeout_s
+    _proc: Any = field(default=None, init=False, repr=False)
+    _conn: Any = field(default=None, init=False, repr=False)
+    _log: str = field(default="", init=False, repr=False)
+    starts: int = field(default=0, init=False)
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        fd, self._log = tempfile.mkstemp(prefix="drytune-measure-", suffix=".log")
+        os.close(fd)
+        proc = ctx.Process(target=_worker_main, args=(child, self._log), daemon=True, name="drytune-measure")
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self.starts += 1
+        ready = multiprocessing.connection.wait([parent, proc.sentinel], self.startup_timeout_s)
+        if parent in ready:
+            try:
+                if parent.recv() == "ready":
+                    return
+            except EOFError:
+                pass
+        tail = self._log_since(0, from_end=True)
+        self.close()
+        raise WorkerStartError(f"measurement worker did not start: {tail or 'no output'}")
+
+    def _log_since(self, offset: int, n: int = 3, from_end: bool = False) -> str:
+        """First (or last) `n` lines the worker printed since `offset`.
+
+        A native crash prints its cause before the backtrace; a Python start-up failure prints it last.
+        """
+        try:
+            with open(self._log, errors="replace") as f:
+                f.seek(offset)
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:] if from_end else lines[:n])[:400]
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self._proc is None or not self._proc.is_alive():
+            self.close()
+            self._start()
+        offset = os.path.getsize(self._log)
+        try:
+            self._conn.send(job)
+        except (BrokenPipeError, OSError):
+            self.close()
+            return {"error": "worker died before the job was sent"}
+        ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], timeout_s)
+        if self._conn in ready:
+            with contextlib.suppress(EOFError, OSError):
+                return self._conn.recv()
+        if not ready:
+            self.close()
+            return {"error": f"timeout after {timeout_s:g} s"}
+        self._proc.join(5)
+        code = self._proc.exitcode
+        tail = self._log_since(offset)
+        self.close()
+        if code is not None and code < 0:
+            why = f"worker crashed (signal {-code}: {signal.Signals(-code).name})"
+        else:
+            why = f"worker exited unexpectedly (exit code {code})"
+        return {"error": f"{why}: {tail}" if tail else why}
+
+    def close(self) -> None:
+        """Stop the worker process (killing it if it does not exit at once) and remove its log."""
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(5)
+        if self._log:
+            with contextlib.suppress(OSError):
+                os.unlink(self._log)
+        self._proc, self._conn, self._log = None, None, ""
+
+    def __enter__(self) -> MeasureWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_shared_worker: MeasureWorker | None = None
+_shared_lock = threading.Lock()
+
+
+def _default_worker() -> MeasureWorker:
+    global _shared_worker
+    if _shared_worker is None:
+        _shared_worker = MeasureWorker()
+        atexit.register(_shared_worker.close)
+    return _shared_worker
+
+
+def _serialize(mod: tvm.IRModule) -> str:
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"expected tvm.IRModule, got {type(mod).__name__}")
+    return tvm.ir.save_json(mod)
+
+
+def measure_modules(
+    mods: list[tvm.IRModule],
+    target: tvm.target.Target,
+    *,
+    number: int = DEFAULTS.number,
+    repeat: int = DEFAULTS.repeat,
+    min_repeat_ms: int = DEFAULTS.min_repeat_ms,
+    flush_cache: bool = DEFAULTS.flush_cache,
+    timeout_s: float = DEFAULTS.timeout_s,
+    check_against: tvm.IRModule | None = None,
+    rtol: float = DEFAULTS.rtol,
+    atol: float = DEFAULTS.atol,
+    seed: int = DEFAULTS.seed,
+    worker: MeasureWorker | None = None,
+) -> list[MeasureResult]:
+    """Build and time each module on the local CPU, one result per module, in order.
+
+    A candidate that fails to build, crashes or hangs the worker, or (with `check_against`, the unscheduled
+    module) computes a wrong result gets `seconds=inf` and an `error`; the caller never sees an exception
+    for it. `worker` defaults to one shared, reused worker process.
+    """
+    if target.kind.name != "llvm":
+        raise ValueError(f"measure_modules runs on the local CPU, not on a {target.kind.name!r} target")
+    ref_json = _serialize(check_against) if check_against is not None else None
+    base = {
+        "target": str(target),
+        "ref": ref_json,
+        "number": number,
+        "repeat": repeat,
+        "min_repeat_ms": min_repeat_ms,
+        "flush_cache": flush_cache,
+        "rtol": rtol,
+        "atol": atol,
+        "seed": seed,
+    }
+    results = []
+    with _shared_lock if worker is None else contextlib.nullcontext():
+        w = worker if worker is not None else _default_worker()
+        for mod in mods:
+            try:
+                text = _serialize(mod)
+            except Exception as e:
+                results.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
+                continue
+            results.append(_to_result(w.run({**base, "mod": text}, timeout_s)))
+    return results
+
+
+def _to_result(reply: dict[str, Any]) -> MeasureResult:
+    build_s = float(reply.get("build_s", 0.0))
+    max_abs_err = reply.get("max_abs_err")
+    if reply.get("error"):
+        return _failed(reply["error"], build_s, max_abs_err)
+    times = tuple(reply["times"])
+    return MeasureResult(
+        seconds=statistics.median(times), times=times, build_s=build_s, max_abs_err=max_abs_err
+    )

@@ -1,0 +1,195 @@
+"""Analysis of the blocks of a schedule's program: what the sketch rules' conditions are computed from.
+
+Everything here looks at iteration kinds, buffer access patterns and producer/consumer edges, never at
+operator names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+import tvm_ffi
+from tvm import s_tir, tirx
+
+SPATIAL = 0
+REDUCE = 2
+
+
+def _vars_in(expr: object) -> set[str]:
+    names: set[str] = set()
+    tvm_ffi.structural_walk(expr, [(tirx.Var, lambda v: names.add(v.name))], order="pre")
+    return names
+
+
+def _product(values: list[int]) -> int:
+    return reduce(lambda a, b: a * b, values, 1)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One buffer a block reads or writes, with the block iterators its region depends on."""
+
+    buffer: str
+    iter_vars: frozenset[str]
+    index: tuple[str | None, ...]  # per dimension: the iterator if the region is exactly that point, else None
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """What the rules need to know about one block of the current program."""
+
+    name: str
+    spatial: tuple[tuple[str, int], ...]
+    reduce: tuple[tuple[str, int], ...]
+    reads: tuple[Access, ...]
+    writes: tuple[Access, ...]
+    producers: tuple[str, ...]
+    consumers: tuple[str, ...]
+    is_output: bool
+    has_init: bool
+    other_iters: int  # iterators that are neither spatial nor reduction (scan, opaque)
+
+    @property
+    def space_extent(self) -> int:
+        return _product([e for _, e in self.spatial])
+
+    @property
+    def reduce_extent(self) -> int:
+        return _product([e for _, e in self.reduce])
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reduce)
+
+    @property
+    def is_spatial(self) -> bool:
+        return not self.reduce and self.other_iters == 0
+
+    def has_data_reuse(self) -> bool:
+        """A read region misses some spatial iterator: the same input elements serve several outputs."""
+        if not self.is_reduction or self.other_iters:
+            return False
+        spatial_names = {n for n, e in self.spatial if e > 1}
+        if len(spatial_names) < 1:
+            return False
+        return any(
+            (spatial_names - acc.iter_vars) and (acc.iter_vars & {n for n, _ in self.reduce})
+            for acc in self.reads
+            if acc.buffer not in {w.buffer for w in self.writes}
+        )
+
+    def is_elementwise_of(self, producer: BlockInfo) -> bool:
+        """This block reads `producer`'s output at the same index it writes (a fusible consumer)."""
+        if not self.is_spatial or len(self.writes) != 1 or len(producer.writes) != 1:
+            return False
+        if self.space_extent != producer.space_extent:
+            return False
+        out_buffer = producer.writes[0].buffer
+        reads = [a for a in self.reads if a.buffer == out_buffer]
+        if len(reads) != 1 or None in reads[0].index:
+            return False
+        return reads[0].index == self.writes[0].index
+
+
+def block_names(sch: s_tir.Schedule) -> list[str]:
+    """Names of all blocks of the program (excluding the root), in program order."""
+    names: list[str] = []
+
+    def on_block(block: s_tir.SBlock) -> None:
+        if block.name_hint != "root":
+            names.append(block.name_hint)
+
+    tvm_ffi.structural_walk(sch.mod["main"], [(s_tir.SBlock, on_block)], order="pre")
+    return names
+
+
+def output_buffers(sch: s_tir.Schedule) -> set[str]:
+    """Names of the buffers the function writes that are parameters (its outputs)."""
+    params = {p.name for p in sch.mod["main"].params}
+    written: set[str] = set()
+
+    def on_block(block: s_tir.SBlock) -> None:
+        for w in block.writes:
+            written.add(w.source.name)
+
+    tvm_ffi.structural_walk(sch.mod["main"], [(s_tir.SBlock, on_block)], order="pre")
+    return params & written
+
+
+def analyze_block(sch: s_tir.Schedule, name: str, outputs: set[str] | None = None) -> BlockInfo:
+    """Build the `BlockInfo` of block `name` in the schedule's current program."""
+    rv = sch.get_sblock(name)
+    block = sch.get(rv)
+    outputs = output_buffers(sch) if outputs is None else outputs
+    spatial, red, other = [], [], 0
+    for iv in block.iter_vars:
+        extent = int(iv.dom.extent)
+        if int(iv.iter_type) == SPATIAL:
+            spatial.append((iv.var.name, extent))
+        elif int(iv.iter_type) == REDUCE:
+            red.append((iv.var.name, extent))
+        else:
+            other += 1
+
+    def accesses(regions: list) -> tuple[Access, ...]:
+        out = []
+        for r in regions:
+            used: set[str] = set()
+            index: list[str | None] = []
+            for rng in r.region:
+                used |= _vars_in(rng.min)
+                used |= _vars_in(rng.extent)
+                point = isinstance(rng.min, tirx.Var) and isinstance(rng.extent, tirx.IntImm)
+                index.append(rng.min.name if point and int(rng.extent) == 1 else None)
+            out.append(Access(r.source.name, frozenset(used), tuple(index)))
+        return tuple(out)
+
+    writes = accesses(block.writes)
+    return BlockInfo(
+        name=name,
+        spatial=tuple(spatial),
+        reduce=tuple(red),
+        reads=accesses(block.reads),
+        writes=writes,
+        producers=tuple(sch.get(b).name_hint for b in sch.get_producers(rv)),
+        consumers=tuple(sch.get(b).name_hint for b in sch.get_consumers(rv)),
+        is_output=any(w.buffer in outputs for w in writes),
+        has_init=block.init is not None,
+        other_iters=other,
+    )
+
+
+def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
+    """For each loop around block `name` (outer to inner): "S" if it feeds only spatial iterators,
+    "R" if it feeds a reduction iterator, "O" otherwise (unused by the block).
+
+    A unit loop that the bindings no longer mention counts as "S": TVM simplifies such loops away
+    depending on tile sizes, and kinds must not depend on decisions."""
+    rv = sch.get_sblock(name)
+    loops = sch.get_loops(rv)
+    realize = sch.get_sref(rv).stmt
+    # The binding values live on the SBlockRealize; find it by walking the innermost loop.
+    bindings: list[tuple[int, set[str]]] = []
+    inner = sch.get(loops[-1]) if loops else sch.mod["main"].body
+
+    def on_realize(r: s_tir.SBlockRealize) -> None:
+        if r.block.same_as(realize):
+            for iv, val in zip(r.block.iter_vars, r.iter_values, strict=True):
+                bindings.append((int(iv.iter_type), _vars_in(val)))
+
+    tvm_ffi.structural_walk(inner, [(s_tir.SBlockRealize, on_realize)], order="pre")
+    kinds = []
+    for loop_rv in loops:
+        loop = sch.get(loop_rv)
+        var = loop.loop_var.name
+        used = [t for t, vs in bindings if var in vs]
+        if not used:
+            kinds.append("S" if int(loop.extent) == 1 else "O")
+        elif any(t == REDUCE for t in used):
+            kinds.append("R")
+        elif all(t == SPATIAL for t in used):
+            kinds.append("S")
+        else:
+            kinds.append("O")
+    return kinds

@@ -1,0 +1,30 @@
+"""Tunable parameters of the search space, with their defaults in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpaceConfig:
+    """Knobs of sketch derivation and of the annotation domains (Ansor/MetaSchedule defaults)."""
+
+    cpu_structure: str = "SSRSRS"
+    gpu_structure: str = "SSSRRSRS"
+    max_innermost_factor: int = 64
+    cpu_fusion_levels: tuple[int, ...] = (1, 2)
+    gpu_fusion_level: int = 3
+    cpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512)
+    gpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512, 1024)
+    vector_caps: tuple[int, ...] = (8, 16, 32, 64)
+    # rfactor when the reduction is long and the spatial extent leaves cores idle
+    rfactor_min_reduce: int = 64
+    rfactor_space_per_core: int = 16
+    # GPU
+    gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)
+    cross_thread_min_reduce: int = 32
+    fetch_vector: tuple[int, ...] = (1, 2, 4)
+    max_vthread: int = 8
+    min_threads_per_block: int = 32
+    max_sketches: int = 16

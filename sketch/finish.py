@@ -1,0 +1,151 @@
+"""Finishing steps appended to every sketch: parallel / vectorize / unroll on CPU, thread binding on GPU,
+and the split of reductions into init and update blocks (what MetaSchedule's postprocessors do)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+
+from .analysis import block_names, loop_iter_kinds
+from .factors import divisors
+from .sketch import Decider, Step
+from .steps import UNROLL_KEY, choose
+
+SERIAL = tirx.ForKind.SERIAL
+
+
+def loop_nests(sch: s_tir.Schedule) -> list[list[str]]:
+    """Blocks grouped by the top-level loop nest they live in, in program order."""
+    nests: list[tuple[object, list[str]]] = []
+    for name in block_names(sch):
+        loops = sch.get_loops(sch.get_sblock(name))
+        if not loops:
+            continue
+        top = sch.get(loops[0])
+        for stmt, members in nests:
+            if stmt.same_as(top):
+                members.append(name)
+                break
+        else:
+            nests.append((top, [name]))
+    return [members for _, members in nests]
+
+
+def spatial_prefix(sch: s_tir.Schedule, blocks: list[str]) -> list[s_tir.LoopRV]:
+    """Outer loops shared by all `blocks` that are serial, spatial for every block and singly nested."""
+    first = sch.get_loops(sch.get_sblock(blocks[0]))
+    kinds = {b: loop_iter_kinds(sch, b) for b in blocks}
+    prefix: list[s_tir.LoopRV] = []
+    for i, lp in enumerate(first):
+        loop = sch.get(lp)
+        if loop.kind != SERIAL or loop.thread_binding is not None:
+            break
+        if any(i >= len(k) or k[i] != "S" for k in kinds.values()):
+            break
+        prefix.append(lp)
+        if not isinstance(loop.body, tirx.For):
+            break
+    return prefix
+
+
+def _vectorizable_inner(sch: s_tir.Schedule, block: str) -> s_tir.LoopRV | None:
+    loops = sch.get_loops(sch.get_sblock(block))
+    if not loops:
+        return None
+    inner = sch.get(loops[-1])
+    if inner.kind != SERIAL or loop_iter_kinds(sch, block)[-1] != "S":
+        return None
+    if not isinstance(inner.body, s_tir.SBlockRealize):
+        return None
+    return loops[-1]
+
+
+def vectorize_inner(sch: s_tir.Schedule, block: str, cap: int) -> None:
+    """Vectorize the innermost spatial loop of `block`, splitting it to at most `cap` lanes."""
+    loop = _vectorizable_inner(sch, block)
+    if loop is None:
+        return
+    extent = int(sch.get(loop).extent)
+    if extent <= 1:
+        return
+    if extent <= cap:
+        sch.vectorize(loop)
+        return
+    width = max(d for d in divisors(extent) if d <= cap)
+    if width > 1:
+        _, inner = sch.split(loop, factors=[None, width])
+        sch.vectorize(inner)
+
+
+def decompose_reductions(sch: s_tir.Schedule) -> None:
+    """Split each reduction block with an init into init + update at its first serial reduction loop."""
+    for name in block_names(sch):
+        block = sch.get_sblock(name)
+        if sch.get(block).init is None:
+            continue
+        loops = sch.get_loops(block)
+        kinds = loop_iter_kinds(sch, name)
+        r_loops = [lp for lp, k in zip(loops, kinds, strict=True) if k == "R"]
+        if not r_loops or any(sch.get(lp).thread_binding is not None for lp in r_loops):
+            continue
+        sch.decompose_reduction(block, r_loops[0])
+
+
+@dataclass(frozen=True)
+class FinishCPU(Step):
+    """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix, auto-unroll."""
+
+    unroll_steps: tuple[int, ...]
+    vector_caps: tuple[int, ...]
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        for blocks in loop_nests(sch):
+            key = blocks[0]
+            n_prefix = len(spatial_prefix(sch, blocks))
+            depth = choose(sch, decider, f"{key}/parallel", "parallel", tuple(range(1, n_prefix + 1))) \
+                if n_prefix else 0
+            vec_blocks = [b for b in blocks if _vectorizable_inner(sch, b) is not None]
+            cap = choose(sch, decider, f"{key}/vectorize", "vectorize", self.vector_caps) if vec_blocks else 0
+            unroll = choose(sch, decider, f"{key}/unroll", "unroll", self.unroll_steps)
+            for b in vec_blocks:
+                vectorize_inner(sch, b, cap)
+            prefix = spatial_prefix(sch, blocks)
+            depth = min(depth, len(prefix))
+            if depth:
+                top = sch.fuse(*prefix[:depth], preserve_unit_iters=True) if depth > 1 else prefix[0]
+                sch.parallel(top)
+            if unroll:
+                top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
+                sch.annotate(top, UNROLL_KEY, unroll)
+                sch.annotate(top, "pragma_unroll_explicit", 1)
+        decompose_reductions(sch)
+
+
+@dataclass(frozen=True)
+class FinishGPU(Step):
+    """Bind every nest that is not yet on threads (blockIdx x threadIdx over its spatial prefix), unroll."""
+
+    unroll_steps: tuple[int, ...]
+    threads: tuple[int, ...]
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        for blocks in loop_nests(sch):
+            key = blocks[0]
+            top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
+            if sch.get(top).thread_binding is None:
+                prefix = spatial_prefix(sch, blocks)
+                n = choose(sch, decider, f"{key}/threads", "threads", self.threads)
+                if prefix:
+                    fused = sch.fuse(*prefix, preserve_unit_iters=True) if len(prefix) > 1 else prefix[0]
+                    bx, tx = sch.split(fused, factors=[None, n])
+                    sch.bind(bx, "blockIdx.x")
+                    sch.bind(tx, "threadIdx.x")
+                else:  # nothing spatial to spread: one thread runs the whole nest
+                    sch.bind(sch.add_unit_loop(top), "blockIdx.x")
+            unroll = choose(sch, decider, f"{key}/unroll", "unroll", self.unroll_steps)
+            if unroll:
+                top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
+                sch.annotate(top, UNROLL_KEY, unroll)
+                sch.annotate(top, "pragma_unroll_explicit", 1)
+        decompose_reductions(sch)

@@ -1,0 +1,65 @@
+"""Derive a task's sketches: walk its blocks from output to input applying the rule table."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from tvm import s_tir
+
+from ..task import Task
+from .analysis import block_names, output_buffers
+from .config import SpaceConfig
+from .finish import FinishCPU, FinishGPU
+from .rules import RuleContext, SketchRule, SketchState, Verdict, default_rules
+from .sketch import Sketch
+
+log = logging.getLogger(__name__)
+
+
+def generate_sketches(
+    task: Task, rules: Sequence[SketchRule] | None = None, config: SpaceConfig | None = None
+) -> list[Sketch]:
+    """All sketches the rules derive for `task` (at most `config.max_sketches`), each with its holes."""
+    config = config or SpaceConfig()
+    rules = list(rules) if rules is not None else default_rules()
+    ctx = RuleContext(spec=task.spec, config=config)
+    sch = s_tir.Schedule(task.mod)
+    worklist = tuple(reversed(block_names(sch)))
+    pending = [SketchState(sch=sch, worklist=worklist, outputs=frozenset(output_buffers(sch)))]
+    finished: list[SketchState] = []
+    while pending and len(finished) < config.max_sketches:
+        state = pending.pop(0)
+        if state.index >= len(state.worklist):
+            finished.append(state)
+            continue
+        if state.block not in block_names(state.sch):  # removed by an earlier step (e.g. inlined)
+            pending.append(state.then(None, "gone"))
+            continue
+        info = state.info(state.block)
+        derived: list[SketchState] = []
+        for rule in rules:
+            verdict = Verdict.PASS if (state.block in state.placed and rule.name != "skip") \
+                else rule.condition(state, info, ctx)
+            if verdict is Verdict.PASS:
+                continue
+            derived += rule.apply(state, info, ctx)
+            if verdict is Verdict.APPLY_AND_SKIP_REST:
+                break
+        pending = derived + pending  # depth first: finish one derivation before widening
+    sketches: list[Sketch] = []
+    seen: set[tuple] = set()
+    for state in finished:
+        finish = (FinishGPU(config.gpu_unroll_steps, config.gpu_threads) if task.is_gpu
+                  else FinishCPU(config.cpu_unroll_steps, config.vector_caps))
+        final = state.then(finish, "finish")
+        steps = final.steps
+        if steps in seen:
+            continue
+        seen.add(steps)
+        sketches.append(Sketch(
+            name=f"{task.name}/{len(sketches)}", steps=steps, holes=tuple(final.probe.holes),
+            limits=tuple(final.probe.limits), rules=final.rules,
+        ))
+    log.debug("task %s: %d sketches", task.name, len(sketches))
+    return sketches

@@ -1,0 +1,242 @@
+"""Sketch derivation rules as a table of (condition, action), as in Ansor.
+
+Rules are tried in order on the current block of a derivation state. A condition answers PASS (rule does
+not apply), APPLY (add the derived states, keep trying the next rules) or APPLY_AND_SKIP_REST.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+
+from tvm import s_tir
+
+from ..target import HardwareSpec
+from .analysis import BlockInfo, analyze_block
+from .config import SpaceConfig
+from .sketch import ProbeDecider, Step
+from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, RFactor
+
+
+class Verdict(enum.Enum):
+    PASS = 0
+    APPLY = 1
+    APPLY_AND_SKIP_REST = 2
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What rules may consult besides the program: the hardware and the space configuration."""
+
+    spec: HardwareSpec
+    config: SpaceConfig
+
+    @property
+    def gpu(self) -> bool:
+        return self.spec.is_gpu
+
+
+@dataclass
+class SketchState:
+    """A partial derivation: the program after the steps so far, and the next block to visit."""
+
+    sch: s_tir.Schedule
+    worklist: tuple[str, ...]
+    index: int = 0
+    steps: tuple[Step, ...] = ()
+    rules: tuple[str, ...] = ()
+    placed: frozenset[str] = frozenset()
+    probe: ProbeDecider = field(default_factory=ProbeDecider)
+    outputs: frozenset[str] = frozenset()
+
+    @property
+    def block(self) -> str:
+        return self.worklist[self.index]
+
+    def info(self, name: str) -> BlockInfo:
+        return analyze_block(self.sch, name, set(self.outputs))
+
+    def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = ()) -> SketchState:
+        """A new state with `step` applied to a copy of the program and the visit moved on."""
+        sch = self.sch.copy()
+        probe = self.probe.copy()
+        if step is not None:
+            step.apply(sch, probe)
+        return SketchState(
+            sch=sch,
+            worklist=self.worklist,
+            index=self.index + 1,
+            steps=self.steps + ((step,) if step is not None else ()),
+            rules=self.rules + ((f"{rule}({self.worklist[self.index]})" if self.index < len(self.worklist)
+                                 else rule,) if step is not None else ()),
+            placed=self.placed | frozenset(placed),
+            probe=probe,
+            outputs=self.outputs,
+        )
+
+
+class SketchRule(abc.ABC):
+    """One row of the rule table: a condition on the current block and the states it derives."""
+
+    name: str = "rule"
+
+    @abc.abstractmethod
+    def condition(self, state: SketchState, info: BlockInfo, ctx: RuleContext) -> Verdict: ...
+
+    @abc.abstractmethod
+    def apply(self, state: SketchState, info: BlockInfo, ctx: RuleContext) -> list[SketchState]: ...
+
+
+def fusible_consumer(state: SketchState, info: BlockInfo) -> str | None:
+    """The single element-wise consumer of `info`'s output, if there is exactly one and it is free."""
+    if len(info.consumers) != 1 or len(info.writes) != 1:
+        return None
+    name = info.consumers[0]
+    if name in state.placed:
+        return None
+    consumer = state.info(name)
+    return name if consumer.is_elementwise_of(info) else None
+
+
+def strictly_inlinable(state: SketchState, info: BlockInfo) -> bool:
+    """Element-wise, not an output, and TVM accepts computing it inline into its consumers."""
+    if not info.is_spatial or info.is_output or not info.consumers or len(info.writes) != 1:
+        return False
+    trial = state.sch.copy()
+    try:
+        trial.compute_inline(trial.get_sblock(info.name))
+    except Exception:  # noqa: BLE001 - TVM says no with one of several error types
+        return False
+    return True
+
+
+class AlwaysInline(SketchRule):
+    name = "always-inline"
+
+    def condition(self, state, info, ctx):
+        return Verdict.APPLY_AND_SKIP_REST if strictly_inlinable(state, info) else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(Inline(info.name), self.name)]
+
+
+class AddCrossThreadReduction(SketchRule):
+    name = "cross-thread-reduction"
+
+    def condition(self, state, info, ctx):
+        ok = (ctx.gpu and info.is_reduction and not info.has_data_reuse()
+              and info.reduce_extent >= ctx.config.cross_thread_min_reduce)
+        return Verdict.APPLY if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(CrossThreadReduction(info.name, ctx.config.cross_thread_threads), self.name)]
+
+
+class AddRFactor(SketchRule):
+    name = "rfactor"
+
+    def condition(self, state, info, ctx):
+        cfg = ctx.config
+        ok = (not ctx.gpu and info.is_reduction and info.reduce_extent >= cfg.rfactor_min_reduce
+              and info.space_extent < ctx.spec.cores * cfg.rfactor_space_per_core)
+        return Verdict.APPLY if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        m = ctx.config.max_innermost_factor
+        return [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
+
+
+def _tile(info: BlockInfo, ctx: RuleContext, **kw) -> MultiLevelTile:
+    cfg = ctx.config
+    if ctx.gpu:
+        return MultiLevelTile(
+            info.name, cfg.gpu_structure, gpu=True, cache_write="local", shared_reads=True,
+            fuse_level=cfg.gpu_fusion_level, max_innermost=cfg.max_innermost_factor,
+            max_threads=ctx.spec.max_threads_per_block, min_threads=cfg.min_threads_per_block,
+            max_vthread=cfg.max_vthread, fetch_vector=cfg.fetch_vector, **kw,
+        )
+    return MultiLevelTile(info.name, cfg.cpu_structure, max_innermost=cfg.max_innermost_factor, **kw)
+
+
+class MultiLevelTilingWithFusion(SketchRule):
+    name = "multi-level-tiling-with-fusion"
+
+    def condition(self, state, info, ctx):
+        ok = info.has_data_reuse() and fusible_consumer(state, info) is not None
+        return Verdict.APPLY_AND_SKIP_REST if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        consumer = fusible_consumer(state, info)
+        if ctx.gpu:
+            return [state.then(_tile(info, ctx, consumer=consumer), self.name, placed=(consumer,))]
+        return [
+            state.then(_tile(info, ctx, consumer=consumer, fuse_level=level), self.name, placed=(consumer,))
+            for level in ctx.config.cpu_fusion_levels
+        ]
+
+
+class AddCacheWrite(SketchRule):
+    """CPU: tile into a local accumulation buffer and fuse the copy-back at a tile level."""
+
+    name = "cache-write"
+
+    def condition(self, state, info, ctx):
+        ok = not ctx.gpu and info.has_data_reuse() and fusible_consumer(state, info) is None
+        return Verdict.APPLY if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [
+            state.then(_tile(info, ctx, cache_write="global", fuse_level=level), self.name)
+            for level in ctx.config.cpu_fusion_levels
+        ]
+
+
+class MultiLevelTiling(SketchRule):
+    """Plain multi-level tiling (on GPU always with the local cache-write and shared-memory reads)."""
+
+    name = "multi-level-tiling"
+
+    def condition(self, state, info, ctx):
+        return Verdict.APPLY_AND_SKIP_REST if info.has_data_reuse() else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(_tile(info, ctx), self.name)]
+
+
+class RandomComputeLocation(SketchRule):
+    """A non-output block with one consumer gets a compute-location hole (root or a consumer loop)."""
+
+    name = "compute-location"
+
+    def condition(self, state, info, ctx):
+        ok = (not info.is_output and len(info.consumers) == 1 and info.name not in state.placed
+              and state.sch.get_loops(state.sch.get_sblock(info.name)))
+        return Verdict.APPLY_AND_SKIP_REST if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(ComputeLocation(info.name, info.consumers[0]), self.name)]
+
+
+class Skip(SketchRule):
+    name = "skip"
+
+    def condition(self, state, info, ctx):
+        return Verdict.APPLY
+
+    def apply(self, state, info, ctx):
+        return [state.then(None, self.name)]
+
+
+def default_rules() -> list[SketchRule]:
+    """The rule table, in the order the rules are tried (the conditions check the target themselves)."""
+    return [
+        AlwaysInline(),
+        AddCrossThreadReduction(),
+        AddRFactor(),
+        MultiLevelTilingWithFusion(),
+        AddCacheWrite(),
+        MultiLevelTiling(),
+        RandomComputeLocation(),
+        Skip(),
+    ]

@@ -1,0 +1,225 @@
+"""The steps a sketch is made of; each replays schedule primitives and asks a `Decider` for its holes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+
+from .analysis import loop_iter_kinds
+from .sketch import TILE, Decider, Hole, ProductLimit, Step
+
+UNROLL_KEY = "pragma_auto_unroll_max_step"
+
+
+def tile_loop(sch: s_tir.Schedule, loop: s_tir.LoopRV, decider: Decider, key: str, parts: int,
+              max_innermost: int) -> list[s_tir.LoopRV]:
+    """Split `loop` into `parts` loops with a tile-size hole; the decision is recorded in the trace."""
+    extent = int(sch.get(loop).extent)
+    hole = Hole(key=key, kind=TILE, extent=extent, parts=parts, max_innermost=max_innermost)
+    factors = decider.decide(hole)
+    rvs = sch.sample_perfect_tile(loop, n=parts, max_innermost_factor=max_innermost, decision=list(factors))
+    return list(sch.split(loop, factors=rvs, preserve_unit_iters=True))
+
+
+def choose(sch: s_tir.Schedule, decider: Decider, key: str, kind: str, options: tuple[int, ...]) -> int:
+    """Pick one of `options` through a choice hole; recorded in the trace as a categorical sample."""
+    index = decider.decide(Hole(key=key, kind=kind, options=tuple(options)))
+    probs = [1.0 / len(options)] * len(options)
+    sch.sample_categorical(candidates=list(options), probs=probs, decision=index)
+    return options[index]
+
+
+def _same(sch: s_tir.Schedule, a: s_tir.LoopRV, b: s_tir.LoopRV) -> bool:
+    return sch.get(a).same_as(sch.get(b))
+
+
+@dataclass(frozen=True)
+class Inline(Step):
+    """Always-inline: an element-wise block is computed where its consumers read it."""
+
+    block: str
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        sch.compute_inline(sch.get_sblock(self.block))
+
+
+@dataclass(frozen=True)
+class MultiLevelTile(Step):
+    """Multi-level tiling (e.g. "SSRSRS"), optionally with a cache-write stage and a fused consumer.
+
+    On GPU (`gpu=True`) the first three spatial levels are bound to blockIdx / vthread / threadIdx, the
+    consumer is fused at the thread level and the inputs are staged in shared memory (cooperative fetch).
+    """
+
+    block: str
+    structure: str
+    consumer: str | None = None
+    fuse_level: int = 0
+    cache_write: str | None = None
+    shared_reads: bool = False
+    gpu: bool = False
+    max_innermost: int = 64
+    max_threads: int = 1024
+    min_threads: int = 1
+    max_vthread: int = 8
+    fetch_vector: tuple[int, ...] = (1, 2, 4)
+
+    def describe(self) -> str:
+        extra = []
+        if self.cache_write:
+            extra.append(f"cache_write={self.cache_write}")
+        if self.consumer and self.fuse_level:
+            extra.append(f"fuse {self.consumer} at level {self.fuse_level}")
+        if self.shared_reads:
+            extra.append("shared cache reads")
+        return f"MultiLevelTile({self.block}, {self.structure}{', ' if extra else ''}{', '.join(extra)})"
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        block = sch.get_sblock(self.block)
+        consumer = self.consumer
+        if self.cache_write:
+            cache = sch.cache_write(block, 0, self.cache_write)
+            cache_name = sch.get(cache).name_hint
+            if consumer is not None:  # element-wise consumer folded into the copy-back stage
+                sch.reverse_compute_inline(sch.get_sblock(consumer))
+            consumer = cache_name
+        loops = sch.get_loops(block)
+        kinds = loop_iter_kinds(sch, self.block)
+        n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        s_tiles: list[list[s_tir.LoopRV]] = []
+        r_tiles: list[list[s_tir.LoopRV]] = []
+        s_keys: list[str] = []
+        for idx, (loop, kind) in enumerate(zip(loops, kinds, strict=True)):
+            if kind == "R":
+                r_tiles.append(tile_loop(sch, loop, decider, f"{self.block}/R{idx}", n_r, self.max_innermost))
+            else:
+                key = f"{self.block}/S{idx}"
+                s_tiles.append(tile_loop(sch, loop, decider, key, n_s, self.max_innermost))
+                s_keys.append(key)
+        order: list[s_tir.LoopRV] = []
+        levels: list[list[s_tir.LoopRV]] = []  # the loops of each spatial level, in order
+        r_levels: list[list[s_tir.LoopRV]] = []
+        s_level = r_level = 0
+        for ch in self.structure:
+            if ch == "S":
+                group = [t[s_level] for t in s_tiles]
+                levels.append(group)
+                s_level += 1
+            else:
+                group = [t[r_level] for t in r_tiles]
+                r_levels.append(group)
+                r_level += 1
+            order += group
+        sch.reorder(*order)
+        if self.gpu:
+            r_outer = r_levels[0][-1] if r_levels and r_levels[0] else None
+            self._bind_gpu(sch, decider, levels, s_keys, consumer, r_outer)
+            return
+        if consumer is not None and self.fuse_level > 0:
+            sch.reverse_compute_at(sch.get_sblock(consumer), levels[self.fuse_level - 1][-1],
+                                   preserve_unit_loops=True)
+
+    def _bind_gpu(self, sch: s_tir.Schedule, decider: Decider, levels: list[list[s_tir.LoopRV]],
+                  s_keys: list[str], consumer: str | None, r_outer: s_tir.LoopRV | None) -> None:
+        decider.constrain(ProductLimit("threads", tuple((k, 2) for k in s_keys), self.max_threads,
+                                       self.min_threads))
+        decider.constrain(ProductLimit("vthread", tuple((k, 1) for k in s_keys), self.max_vthread))
+        bound = []
+        for group, tag in zip(levels[:3], ("blockIdx.x", "vthread.x", "threadIdx.x"), strict=True):
+            fused = sch.fuse(*group, preserve_unit_iters=True)
+            sch.bind(fused, tag)
+            bound.append(fused)
+        thread_loop = bound[2]
+        threads = int(sch.get(thread_loop).extent)
+        if consumer is not None:
+            sch.reverse_compute_at(sch.get_sblock(consumer), thread_loop, preserve_unit_loops=True)
+        if not self.shared_reads or r_outer is None:
+            return
+        block = sch.get_sblock(self.block)
+        for index in range(len(sch.get(block).reads)):
+            buffer_name = sch.get(block).reads[index].source.name
+            cache = sch.cache_read(block, index, "shared")
+            sch.compute_at(cache, r_outer, preserve_unit_loops=True)
+            cache_loops = sch.get_loops(cache)
+            own = cache_loops[_position(sch, cache_loops, r_outer) + 1:]
+            vec = choose(sch, decider, f"{self.block}/fetch:{buffer_name}", "fetch", self.fetch_vector)
+            fused = sch.fuse(*own, preserve_unit_iters=True) if len(own) > 1 else own[0]
+            if vec > 1:
+                _, tx, vx = sch.split(fused, factors=[None, threads, vec])
+                sch.vectorize(vx)
+            else:
+                _, tx = sch.split(fused, factors=[None, threads])
+            sch.bind(tx, "threadIdx.x")
+
+
+def _position(sch: s_tir.Schedule, loops: list[s_tir.LoopRV], target: s_tir.LoopRV) -> int:
+    for i, lp in enumerate(loops):
+        if _same(sch, lp, target):
+            return i
+    raise ValueError("loop not found among the block's loops")
+
+
+@dataclass(frozen=True)
+class RFactor(Step):
+    """Reduction factorization: split the (fused) reduction and make one part a spatial axis.
+
+    `variant="outer"` factors the outer part (parallel partial sums), `"inner"` the inner part
+    (vectorizable partial sums).
+    """
+
+    block: str
+    variant: str
+    max_innermost: int = 64
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        block = sch.get_sblock(self.block)
+        loops = sch.get_loops(block)
+        kinds = loop_iter_kinds(sch, self.block)
+        r_loops = [lp for lp, k in zip(loops, kinds, strict=True) if k == "R"]
+        fused = sch.fuse(*r_loops, preserve_unit_iters=True) if len(r_loops) > 1 else r_loops[0]
+        outer, inner = tile_loop(sch, fused, decider, f"{self.block}/rf", 2, self.max_innermost)
+        sch.rfactor(inner if self.variant == "inner" else outer, factor_axis=0)
+
+
+@dataclass(frozen=True)
+class CrossThreadReduction(Step):
+    """GPU: threads of a block cooperate on one reduction (spatial -> blockIdx, reduction -> threadIdx)."""
+
+    block: str
+    threads: tuple[int, ...]
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        block = sch.get_sblock(self.block)
+        loops = sch.get_loops(block)
+        kinds = loop_iter_kinds(sch, self.block)
+        s_loops = [lp for lp, k in zip(loops, kinds, strict=True) if k != "R"]
+        r_loops = [lp for lp, k in zip(loops, kinds, strict=True) if k == "R"]
+        n = choose(sch, decider, f"{self.block}/xthreads", "threads", self.threads)
+        fused_r = sch.fuse(*r_loops, preserve_unit_iters=True) if len(r_loops) > 1 else r_loops[0]
+        _, tx = sch.split(fused_r, factors=[None, n])
+        sch.bind(tx, "threadIdx.x")
+        if s_loops:
+            bx = sch.fuse(*s_loops, preserve_unit_iters=True) if len(s_loops) > 1 else s_loops[0]
+            sch.bind(bx, "blockIdx.x")
+
+
+@dataclass(frozen=True)
+class ComputeLocation(Step):
+    """Place a block at one of its single consumer's spatial loops, or leave it at the root."""
+
+    block: str
+    consumer: str
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        loops = sch.get_loops(sch.get_sblock(self.consumer))
+        kinds = loop_iter_kinds(sch, self.consumer)
+        candidates = []
+        for lp, k in zip(loops, kinds, strict=True):
+            if k != "S" or sch.get(lp).kind != tirx.ForKind.SERIAL:
+                break
+            candidates.append(lp)
+        options = tuple(range(-1, len(candidates)))
+        where = choose(sch, decider, f"{self.block}/at", "compute_loc", options)
+        if where >= 0:
+            sch.compute_at(sch.get_sblock(self.block), candidates[where], preserve_unit_loops=True)

@@ -1,0 +1,156 @@
+"""Local measurement in a worker process: timing, build failures, crashes, hangs and the numeric check."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+import tvm
+from drytune import workloads as W
+from drytune.measure import MeasureWorker, measure_modules
+from tvm import s_tir, te, tirx
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with MeasureWorker() as w:
+        yield w
+
+
+def _gemm() -> tvm.IRModule:
+    return W.small("gemm").ir_module()
+
+
+def _scheduled_gemm() -> tvm.IRModule:
+    sch = s_tir.Schedule(_gemm())
+    c = sch.get_sblock("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1 = sch.split(i, [None, 8])
+    j0, j1 = sch.split(j, [None, 16])
+    k0, k1 = sch.split(k, [None, 4])
+    sch.reorder(i0, j0, k0, i1, k1, j1)
+    sch.parallel(i0)
+    sch.vectorize(j1)
+    sch.decompose_reduction(c, k0)
+    return sch.mod
+
+
+def _wrong_gemm() -> tvm.IRModule:
+    """Same signature as the small gemm but the reduction skips its last step, like a broken schedule."""
+    A = te.placeholder((64, 64), "float32", name="A")
+    B = te.placeholder((64, 64), "float32", name="B")
+    k = te.reduce_axis((0, 63), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([A, B, C])})
+
+
+def _elementwise(body) -> tvm.IRModule:
+    A = te.placeholder((4,), "float32", name="A")
+    B = te.compute((4,), lambda i: body(A, i), name="B")
+    return tvm.IRModule({"main": te.create_prim_func([A, B])})
+
+
+def _aborting() -> tvm.IRModule:
+    return _elementwise(lambda A, i: A[i] + tirx.Cast("float32", tirx.call_extern("int32", "abort")))
+
+
+def _unresolved_symbol() -> tvm.IRModule:
+    """Builds, but the JIT cannot resolve the extern symbol and the run segfaults."""
+    return _elementwise(lambda A, i: A[i] + tirx.call_extern("float32", "drytune_no_such_symbol", A[i]))
+
+
+def _foreign_intrinsic() -> tvm.IRModule:
+    """An AArch64 NEON intrinsic, which the x86 LLVM backend cannot declare."""
+    neon = "llvm.aarch64.neon.frecpe"
+    return _elementwise(lambda A, i: tirx.call_llvm_pure_intrin("float32", neon, 1, A[i]))
+
+
+def _endless() -> tvm.IRModule:
+    A = te.placeholder((4,), "float32", name="A")
+    k = te.reduce_axis((0, tirx.const(1 << 42, "int64")), name="k")
+    B = te.compute((1,), lambda _: te.sum(A[k % 4] * A[(k + 1) % 4], axis=k), name="B")
+    return tvm.IRModule({"main": te.create_prim_func([A, B])})
+
+
+def _assert_ok(r, repeat):
+    assert r.ok, r.error
+    assert len(r.times) == repeat
+    assert all(t > 0 and math.isfinite(t) for t in r.times)
+    assert r.seconds == statistics.median(r.times)
+    assert r.build_s > 0
+
+
+def test_two_modules_get_finite_positive_times():
+    """Uses the shared default worker."""
+    mods = [_gemm(), W.small("conv2d_nchw").ir_module()]
+    results = measure_modules(mods, TARGET, number=2, repeat=3, min_repeat_ms=1)
+    assert len(results) == 2
+    for r in results:
+        _assert_ok(r, 3)
+        assert r.max_abs_err is None
+        assert r.spread >= 0
+
+
+def test_cache_flush_timing(worker):
+    (r,) = measure_modules([_scheduled_gemm()], TARGET, number=1, repeat=2, flush_cache=True, worker=worker)
+    _assert_ok(r, 2)
+
+
+def test_check_accepts_correct_schedule_and_catches_wrong_output(worker):
+    good, bad = measure_modules(
+        [_scheduled_gemm(), _wrong_gemm()], TARGET, repeat=2, check_against=_gemm(), worker=worker
+    )
+    _assert_ok(good, 2)
+    assert good.max_abs_err is not None and good.max_abs_err < 1e-4
+    assert not bad.ok and bad.seconds == math.inf and bad.times == ()
+    assert "wrong result" in bad.error
+    assert bad.max_abs_err is not None and bad.max_abs_err > 1e-3
+
+
+def test_signature_mismatch_with_reference_is_an_error(worker):
+    (r,) = measure_modules([_gemm()], TARGET, check_against=W.small("gemm_bert").ir_module(), worker=worker)
+    assert not r.ok and "signature" in r.error
+
+
+def test_build_failure_is_reported_without_restarting_the_worker(worker):
+    starts = worker.starts
+    bad, good = measure_modules([_foreign_intrinsic(), _gemm()], TARGET, repeat=2, worker=worker)
+    assert bad.seconds == math.inf
+    assert bad.error.startswith("build failed") and "llvm.aarch64.neon.frecpe" in bad.error
+    _assert_ok(good, 2)
+    assert worker.starts == max(starts, 1)
+
+
+def test_unparseable_module_text_is_reported(worker):
+    reply = worker.run({"mod": '{"root": 1, "nodes": [', "target": str(TARGET)}, timeout_s=60)
+    assert reply["error"].startswith("cannot parse module")
+
+
+def test_crashes_are_reported_and_the_next_module_is_still_measured(worker):
+    (warm,) = measure_modules([_gemm()], TARGET, repeat=1, worker=worker)
+    assert warm.ok
+    starts = worker.starts
+    aborted, after_abort, segv, after_segv = measure_modules(
+        [_aborting(), _gemm(), _unresolved_symbol(), _gemm()], TARGET, repeat=2, worker=worker
+    )
+    assert aborted.seconds == math.inf
+    assert aborted.error.startswith("worker crashed (signal 6")
+    assert segv.error.startswith("worker crashed (signal 11")
+    assert "drytune_no_such_symbol" in segv.error  # the JIT's message, quoted from the worker's log
+    _assert_ok(after_abort, 2)
+    _assert_ok(after_segv, 2)
+    assert worker.starts == starts + 2
+
+
+def test_hang_times_out_and_the_worker_is_replaced(worker):
+    hung, good = measure_modules([_endless(), _gemm()], TARGET, repeat=2, timeout_s=3, worker=worker)
+    assert hung.seconds == math.inf and hung.error == "timeout after 3 s"
+    _assert_ok(good, 2)
+
+
+def test_non_cpu_target_is_rejected():
+    with pytest.raises(ValueError, match="local CPU"):
+        measure_modules([_gemm()], tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
