@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tvm
 import tvm_ffi
+from drytune.errors import DrytuneError
 from tvm import tirx
 
 
@@ -70,7 +71,7 @@ class MeasureResult:
         return (max(self.times) - min(self.times)) / self.seconds
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(DrytuneError, RuntimeError):
     """The measurement worker could not be started (environment problem, not a candidate problem)."""
 
 
@@ -121,7 +122,7 @@ class _Runner:
 
     def __init__(self) -> None:
         self.dev = tvm.cpu(0)
-        self.refs: dict[str, list[np.ndarray]] = {}
+        self.refs: dict[str, tuple[list[np.ndarray], list[int]]] = {}
 
     def _build(self, mod: tvm.IRModule, target: tvm.target.Target) -> tuple[Any, str]:
         return tvm.compile(mod, target=target).jit(), _entry_name(mod)
@@ -131,14 +132,16 @@ class _Runner:
         rt_mod[name](*args)
         return args
 
-    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int) -> list[np.ndarray]:
+    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int) -> tuple[list[np.ndarray], list[int]]:
+        """The reference's parameter arrays after one run on the seeded inputs, and its output indices."""
         key = hashlib.sha1(f"{seed}:{ref_json}".encode()).hexdigest()
         if key not in self.refs:
             ref = tvm.ir.load_json(ref_json)
             rt_mod, name = self._build(ref, target)
             inputs = _random_inputs(_signature(ref[name]), seed)
             self.refs.clear()  # keep one reference: they can be large
-            self.refs[key] = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
+            arrays = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
+            self.refs[key] = (arrays, _written_params(ref[name]))
         return self.refs[key]
 
     def measure(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +149,7 @@ class _Runner:
         try:
             mod = tvm.ir.load_json(job["mod"])
         except Exception as e:  # any parse error is the candidate's failure
-            return {"error": f"cannot parse module: {type(e).__name__}: {e}"}
+            return {"error": f"cannot parse module: {type(e).__name__}: {_first_lines(str(e))}"}
         t0 = time.perf_counter()
         try:
             rt_mod, name = self._build(mod, target)
@@ -159,13 +162,13 @@ class _Runner:
         out: dict[str, Any] = {"build_s": build_s}
         try:
             if job["ref"] is not None:
-                expected = self._reference(job["ref"], target, job["seed"])
+                expected, ref_outputs = self._reference(job["ref"], target, job["seed"])
                 if [(a.shape, str(a.dtype)) for a in expected] != signature:
                     return {**out, "error": "signature differs from the reference module"}
                 got = self._run_once(rt_mod, name, inputs)
                 err = 0.0
                 close = True
-                for i in _written_params(func):
+                for i in sorted(set(ref_outputs) | set(_written_params(func))):
                     g, e = got[i].numpy(), expected[i]
                     diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
                     err = max(err, float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0)))
@@ -344,7 +347,8 @@ def measure_modules(
 
     A candidate that fails to build, crashes or hangs the worker, or (with `check_against`, the unscheduled
     module) computes a wrong result gets `seconds=inf` and an `error`; the caller never sees an exception
-    for it. `worker` defaults to one shared, reused worker process.
+    for it. `worker` defaults to one shared, reused worker process. The worker is started with "spawn", so
+    a calling script needs the usual `if __name__ == "__main__":` guard.
     """
     if target.kind.name != "llvm":
         raise ValueError(f"measure_modules runs on the local CPU, not on a {target.kind.name!r} target")
