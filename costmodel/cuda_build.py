@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm import tirx
-from tvm.target import Target
-
 from drytune.errors import DrytuneError
 from drytune.target import resolve_target
+from tvm import tirx
+from tvm.target import Target
 
 log = logging.getLogger(__name__)
 

@@ -58,6 +58,9 @@ class DivMod:
         a = self.arg.evaluate(values)
         return a // self.divisor if self.op == "floordiv" else a % self.divisor
 
+    def __str__(self) -> str:
+        return f"{self.op}({self.arg}, {self.divisor})"
+
 
 def _term_key(t: Term) -> tuple:
     return (0, t) if isinstance(t, str) else (1, t.op, t.divisor, repr(t.arg))
@@ -162,8 +165,9 @@ class IndexExpr:
     def specialize(self, extents: Mapping[str, int]) -> IndexExpr:
         """Fix every loop variable not in `extents` to 0 and simplify floordiv/floormod terms."""
         if self.bounds is not None:
-            if self.opaque_vars & extents.keys():
-                return self
+            inner = self.opaque_vars & extents.keys()
+            if inner:
+                return IndexExpr.make_opaque(self.bounds, inner)
             # Independent of the remaining loops: one (unknown) value; any representative will do.
             return IndexExpr.constant(0)
         d: dict[Term, int] = {}

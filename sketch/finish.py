@@ -92,23 +92,40 @@ def decompose_reductions(sch: s_tir.Schedule) -> None:
         sch.decompose_reduction(block, r_loops[0])
 
 
+def nest_heads(sch: s_tir.Schedule) -> tuple[tuple[str, int], ...]:
+    """(first block, spatial prefix length) of each loop nest: the fixed set of finishing holes.
+
+    Taken on the probe program, where every block with a compute-location hole sits at the root, so it
+    lists the most nests any candidate can have; a candidate's nest uses the holes of the first head in it.
+    """
+    return tuple((nest[0], len(spatial_prefix(sch, nest))) for nest in loop_nests(sch))
+
+
+def _head_of(nest: list[str], chosen: dict[str, tuple[int, ...]]) -> str | None:
+    return next((b for b in nest if b in chosen), None)
+
+
 @dataclass(frozen=True)
 class FinishCPU(Step):
     """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix, auto-unroll."""
 
     unroll_steps: tuple[int, ...]
     vector_caps: tuple[int, ...]
+    heads: tuple[tuple[str, int], ...]
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        chosen: dict[str, tuple[int, ...]] = {}
+        for head, bound in self.heads:
+            depth = choose(sch, decider, f"{head}/parallel", "parallel", tuple(range(1, max(bound, 1) + 1)))
+            cap = choose(sch, decider, f"{head}/vectorize", "vectorize", self.vector_caps)
+            unroll = choose(sch, decider, f"{head}/unroll", "unroll", self.unroll_steps)
+            chosen[head] = (depth, cap, unroll)
         for blocks in loop_nests(sch):
-            key = blocks[0]
-            n_prefix = len(spatial_prefix(sch, blocks))
-            depth = choose(sch, decider, f"{key}/parallel", "parallel", tuple(range(1, n_prefix + 1))) \
-                if n_prefix else 0
-            vec_blocks = [b for b in blocks if _vectorizable_inner(sch, b) is not None]
-            cap = choose(sch, decider, f"{key}/vectorize", "vectorize", self.vector_caps) if vec_blocks else 0
-            unroll = choose(sch, decider, f"{key}/unroll", "unroll", self.unroll_steps)
-            for b in vec_blocks:
+            head = _head_of(blocks, chosen)
+            if head is None:
+                continue
+            depth, cap, unroll = chosen[head]
+            for b in blocks:
                 vectorize_inner(sch, b, cap)
             prefix = spatial_prefix(sch, blocks)
             depth = min(depth, len(prefix))
@@ -128,14 +145,22 @@ class FinishGPU(Step):
 
     unroll_steps: tuple[int, ...]
     threads: tuple[int, ...]
+    heads: tuple[tuple[str, int], ...]
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        chosen: dict[str, tuple[int, ...]] = {}
+        for head, _ in self.heads:
+            n = choose(sch, decider, f"{head}/threads", "threads", self.threads)
+            unroll = choose(sch, decider, f"{head}/unroll", "unroll", self.unroll_steps)
+            chosen[head] = (n, unroll)
         for blocks in loop_nests(sch):
-            key = blocks[0]
+            head = _head_of(blocks, chosen)
+            if head is None:
+                continue
+            n, unroll = chosen[head]
             top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
             if sch.get(top).thread_binding is None:
                 prefix = spatial_prefix(sch, blocks)
-                n = choose(sch, decider, f"{key}/threads", "threads", self.threads)
                 if prefix:
                     fused = sch.fuse(*prefix, preserve_unit_iters=True) if len(prefix) > 1 else prefix[0]
                     bx, tx = sch.split(fused, factors=[None, n])
@@ -143,7 +168,6 @@ class FinishGPU(Step):
                     sch.bind(tx, "threadIdx.x")
                 else:  # nothing spatial to spread: one thread runs the whole nest
                     sch.bind(sch.add_unit_loop(top), "blockIdx.x")
-            unroll = choose(sch, decider, f"{key}/unroll", "unroll", self.unroll_steps)
             if unroll:
                 top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
                 sch.annotate(top, UNROLL_KEY, unroll)

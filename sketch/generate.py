@@ -10,7 +10,7 @@ from tvm import s_tir
 from ..task import Task
 from .analysis import block_names, output_buffers
 from .config import SpaceConfig
-from .finish import FinishCPU, FinishGPU
+from .finish import FinishCPU, FinishGPU, nest_heads
 from .rules import RuleContext, SketchRule, SketchState, Verdict, default_rules
 from .sketch import Sketch
 
@@ -50,8 +50,9 @@ def generate_sketches(
     sketches: list[Sketch] = []
     seen: set[tuple] = set()
     for state in finished:
-        finish = (FinishGPU(config.gpu_unroll_steps, config.gpu_threads) if task.is_gpu
-                  else FinishCPU(config.cpu_unroll_steps, config.vector_caps))
+        heads = nest_heads(state.sch)
+        finish = (FinishGPU(config.gpu_unroll_steps, config.gpu_threads, heads) if task.is_gpu
+                  else FinishCPU(config.cpu_unroll_steps, config.vector_caps, heads))
         final = state.then(finish, "finish")
         steps = final.steps
         if steps in seen:

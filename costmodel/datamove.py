@@ -1,0 +1,595 @@
+"""Cache data movement of a loop tree (Tuna, Algorithm 2) with footprints counted in cache lines by isl.
+
+Bottom-up over the loop tree, per buffer t and loop L (outer loop variables fixed at their first value):
+  fp_t(L)  = distinct lines of t touched by the whole execution of L,
+  fp1_t(L) = the same for one iteration of L, single(L) = sum_t fp1_t(L).
+If single(L) fits in the cache, mov_t(L) = fp_t(L). Otherwise a buffer whose reuse status is still true
+moves fp_t(L) and every other buffer moves trip(L) * sum_children mov_t(child). The reuse status of t
+starts true at the statements and flips to false (as in the paper) when fp_t of a loop exceeds the cache,
+or when a run of consecutive sibling nodes not touching t (cyclically across iterations) has a combined
+footprint above the cache. Only buffers in global memory are analysed ("local"/"shared" scopes are
+registers or scratchpads, not cached).
+
+Footprints are exact: a closed form for a single separable affine access (product over buffer dimensions
+of distinct values, the row-contiguous suffix mapped to lines by floor division), isl point counting
+(`count_val`) for unions, coupled dimensions, floordiv/floormod and guards. isl work is bounded by an
+operation limit; non quasi-affine indices and isl failures fall back to a box estimate, counted and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import islpy as isl
+import numpy as np
+
+from ..target import HardwareSpec
+from .looptree import Access, IndexExpr, LoopNode, LoopTree, StmtLeaf
+
+__all__ = [
+    "DataMoveConfig",
+    "DataMovement",
+    "FootprintCounter",
+    "LevelMovement",
+    "LineLayout",
+    "LoopRecord",
+    "data_movement",
+    "default_counter",
+]
+
+log = logging.getLogger(__name__)
+
+_ON_CHIP_SCOPES = ("local", "shared", "warp", "wmma", "m16n8k8", "metal")
+
+
+@dataclass(frozen=True)
+class DataMoveConfig:
+    """Tunable parameters of the data-movement analysis."""
+
+    engine: str = "auto"  # "auto": closed form when exact else isl | "isl": always isl | "box": estimate only
+    max_isl_operations: int = 2_000_000  # isl_ctx operation limit per footprint query
+    max_enum_values: int = 1 << 20  # largest value range enumerated by the closed form
+    cache_entries: int = 200_000  # footprint results kept per process
+    levels: tuple[str, ...] = ("L1", "L2")
+
+
+# --------------------------------------------------------------------------------------------------
+# Element -> cache line mapping
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineLayout:
+    """Row-major buffer cut into lines: dims [0, k) stay, dims [k, n) are linearised and divided by `epl`.
+
+    k is the largest index such that the size of the suffix dims [k, n) is a multiple of the elements per
+    line, which makes (idx_0..idx_{k-1}, floor(lin_suffix / epl)) a bijection with the line address.
+    """
+
+    shape: tuple[int, ...]
+    epl: int  # elements per line
+    k: int
+    strides: tuple[int, ...]  # strides of the suffix dims inside the linearised suffix
+
+    @staticmethod
+    def of(shape: Sequence[int], dtype_bytes: int, line_bytes: int) -> LineLayout:
+        shape = tuple(int(s) for s in shape) or (1,)
+        epl = max(1, line_bytes // max(1, dtype_bytes))
+        n = len(shape)
+        k = 0
+        for cand in range(n - 1, -1, -1):
+            if math.prod(shape[cand:]) % epl == 0:
+                k = cand
+                break
+        strides = tuple(math.prod(shape[d + 1 :]) for d in range(k, n))
+        return LineLayout(shape, epl, k, strides)
+
+    def linear_suffix(self, idx: Sequence[IndexExpr]) -> IndexExpr:
+        lin = IndexExpr.constant(0)
+        for d, stride in zip(range(self.k, len(self.shape)), self.strides, strict=True):
+            lin = lin.add(idx[d], stride)
+        return lin
+
+    @property
+    def suffix_size(self) -> int:
+        return math.prod(self.shape[self.k :])
+
+
+# --------------------------------------------------------------------------------------------------
+# Footprint counting engine
+# --------------------------------------------------------------------------------------------------
+
+# A specialised access: (indices, guards) over the loop variables of the query.
+SpecAccess = tuple[tuple[IndexExpr, ...], tuple[IndexExpr, ...]]
+
+
+@dataclass
+class FootprintStats:
+    """Counters of how footprint queries were answered."""
+
+    queries: int = 0
+    cache_hits: int = 0
+    closed_form: int = 0
+    isl: int = 0
+    fallbacks: int = 0
+    fallback_reasons: Counter = field(default_factory=Counter)
+
+    def delta(self, before: FootprintStats) -> FootprintStats:
+        return FootprintStats(
+            self.queries - before.queries,
+            self.cache_hits - before.cache_hits,
+            self.closed_form - before.closed_form,
+            self.isl - before.isl,
+            self.fallbacks - before.fallbacks,
+            self.fallback_reasons - before.fallback_reasons,
+        )
+
+    def copy(self) -> FootprintStats:
+        return FootprintStats(
+            self.queries, self.cache_hits, self.closed_form, self.isl, self.fallbacks,
+            Counter(self.fallback_reasons),
+        )
+
+
+class FootprintCounter:
+    """Counts distinct cache lines of a union of accesses over a box of loop variables, with a cache."""
+
+    def __init__(self, config: DataMoveConfig | None = None) -> None:
+        self.config = config or DataMoveConfig()
+        self.stats = FootprintStats()
+        self._cache: OrderedDict[tuple, tuple[int, str, str]] = OrderedDict()
+        self._ctx = isl.Context()
+        self._ctx.set_max_operations(self.config.max_isl_operations)
+        self._lock = threading.Lock()
+
+    def count(self, layout: LineLayout, accesses: Iterable[SpecAccess], extents: Mapping[str, int]) -> int:
+        """Distinct lines touched by `accesses` with each variable v in [0, extents[v])."""
+        accs = frozenset(accesses)
+        used = sorted({v for idx, conds in accs for e in (*idx, *conds) for v in e.loop_vars()})
+        key = (layout, accs, tuple((v, int(extents[v])) for v in used))
+        with self._lock:
+            self.stats.queries += 1
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.stats.cache_hits += 1
+                self._count_method(hit[1], hit[2], logged=True)
+                return hit[0]
+            ext = {v: int(extents[v]) for v in used}
+            value, method, reason = self._compute(layout, accs, ext)
+            self._count_method(method, reason, logged=False)
+            self._cache[key] = (value, method, reason)
+            if len(self._cache) > self.config.cache_entries:
+                self._cache.popitem(last=False)
+            return value
+
+    def _count_method(self, method: str, reason: str, logged: bool) -> None:
+        if method == "closed_form":
+            self.stats.closed_form += 1
+        elif method == "isl":
+            self.stats.isl += 1
+        if reason:
+            self.stats.fallbacks += 1
+            self.stats.fallback_reasons[reason] += 1
+            if not logged:
+                log.info("footprint fallback (%s), conservative %s estimate", reason, method)
+
+    def _compute(
+        self, layout: LineLayout, accs: frozenset[SpecAccess], ext: dict[str, int]
+    ) -> tuple[int, str, str]:
+        if not accs:
+            return 0, "closed_form", ""
+        engine = self.config.engine
+        opaque = any(e.is_opaque for idx, _ in accs for e in idx)
+        if engine == "box":
+            return _box_count(layout, accs, ext), "box", ""
+        if engine == "auto" and not opaque:
+            got = _closed_form(layout, accs, ext, self.config.max_enum_values)
+            if got is not None:
+                return got, "closed_form", ""
+        try:
+            got = self._isl_count(layout, accs, ext)
+        except isl.Error as err:
+            reason = "isl_limit" if "maximal number of operations" in str(err) else "isl_error"
+            self._ctx.reset_operations()
+            return _box_count(layout, accs, ext), "box", reason
+        return got, "isl", "non_affine" if opaque else ""
+
+    def _isl_count(self, layout: LineLayout, accs: frozenset[SpecAccess], ext: dict[str, int]) -> int:
+        self._ctx.reset_operations()
+        text = isl_footprint_text(layout, accs, ext)
+        return int(isl.Set.read_from_str(self._ctx, text).count_val().to_python())
+
+
+_default_counters: dict[DataMoveConfig, FootprintCounter] = {}
+
+
+def default_counter(config: DataMoveConfig | None = None) -> FootprintCounter:
+    """Process-wide counter per config, so footprints are shared between candidates of one search."""
+    config = config or DataMoveConfig()
+    got = _default_counters.get(config)
+    if got is None:
+        got = _default_counters[config] = FootprintCounter(config)
+    return got
+
+
+# -- closed form -----------------------------------------------------------------------------------
+
+
+def _distinct(expr: IndexExpr, ext: Mapping[str, int], epl: int, max_enum: int) -> int | None:
+    """Distinct values of floor(expr / epl) for an affine expr over a box; None if too large to enumerate."""
+    base = expr.const
+    terms: list[tuple[int, int]] = []
+    for v, c in expr.terms:
+        e = ext[v]
+        if e <= 1 or c == 0:
+            continue
+        if c < 0:
+            base += c * (e - 1)
+            c = -c
+        terms.append((c, e))
+    terms.sort()
+    span = 0
+    for c, e in terms:
+        if c > span + 1:
+            break
+        span += c * (e - 1)
+    else:
+        return (base + span) // epl - base // epl + 1
+    if sum(c * (e - 1) for c, e in terms) + 1 > max_enum:
+        return None
+    vals = np.zeros(1, dtype=np.int64)
+    for c, e in terms:
+        vals = np.unique((vals[:, None] + c * np.arange(e, dtype=np.int64)[None, :]).ravel())
+    return int(np.unique((vals + base) // epl).size) if epl > 1 else int(vals.size)
+
+
+def _closed_form(
+    layout: LineLayout, accs: frozenset[SpecAccess], ext: Mapping[str, int], max_enum: int
+) -> int | None:
+    """Exact count for one affine access without guards whose line groups use disjoint variables."""
+    if len(accs) != 1:
+        return None
+    idx, conds = next(iter(accs))
+    if conds or not all(e.affine for e in idx):
+        return None
+    groups = [idx[d] for d in range(layout.k)] + [layout.linear_suffix(idx)]
+    seen: set[str] = set()
+    for g in groups:
+        vs = g.loop_vars()
+        if vs & seen:
+            return None
+        seen |= vs
+    total = 1
+    for d, g in enumerate(groups):
+        n = _distinct(g, ext, layout.epl if d == layout.k else 1, max_enum)
+        if n is None:
+            return None
+        total *= n
+    return total
+
+
+# -- isl -------------------------------------------------------------------------------------------
+
+
+def _isl_expr(e: IndexExpr, names: Mapping[str, str]) -> str:
+    parts = []
+    for t, c in e.terms:
+        if isinstance(t, str):
+            atom = names[t]
+        elif t.op == "floordiv":
+            atom = f"floor(({_isl_expr(t.arg, names)})/{t.divisor})"
+        else:
+            atom = f"(({_isl_expr(t.arg, names)}) mod {t.divisor})"
+        parts.append(f"{c}*{atom}" if c != 1 else atom)
+    if e.const or not parts:
+        parts.append(str(e.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def isl_footprint_text(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> str:
+    """isl set (text) of the lines touched: one disjunct per access, loop variables existential."""
+    names = {v: f"v{i}" for i, v in enumerate(sorted(ext))}
+    outs = [f"o{d}" for d in range(layout.k)] + ["l"]
+    disjuncts = []
+    for idx, conds in accs:
+        exist = [names[v] for v in sorted(ext)]
+        cons = [f"0 <= {names[v]} <= {ext[v] - 1}" for v in sorted(ext)]
+        dims: list[str] = []
+        for d, e in enumerate(idx):
+            if e.is_opaque:  # conservative: any value of the (clipped) range
+                b = f"b{d}"
+                lo, hi = e.bounds
+                lo = 0 if math.isinf(lo) else max(0, int(lo))
+                hi = layout.shape[d] - 1 if math.isinf(hi) else min(layout.shape[d] - 1, int(hi))
+                exist.append(b)
+                cons.append(f"{lo} <= {b} <= {max(lo, hi)}")
+                dims.append(b)
+            else:
+                dims.append(_isl_expr(e, names))
+        for d in range(layout.k):
+            cons.append(f"o{d} = {dims[d]}")
+        lin = " + ".join(
+            f"{s}*({dims[d]})" for d, s in zip(range(layout.k, len(layout.shape)), layout.strides, strict=True)
+        )
+        if layout.epl == 1:
+            cons.append(f"l = {lin}")
+        else:
+            cons.append(f"{layout.epl}*l <= {lin} <= {layout.epl}*l + {layout.epl - 1}")
+        cons += [f"{_isl_expr(c, names)} >= 0" for c in conds]
+        body = " and ".join(cons)
+        if exist:
+            body = f"exists ({', '.join(exist)} : {body})"
+        disjuncts.append(f"L[{', '.join(outs)}] : {body}")
+    return "{ " + "; ".join(disjuncts) + " }"
+
+
+# -- box estimate ----------------------------------------------------------------------------------
+
+
+def _box_count(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> int:
+    """Upper bound: product over line coordinates of the hull of their ranges (guards ignored)."""
+    n = len(layout.shape)
+    hull: list[list[float]] = [[math.inf, -math.inf] for _ in range(layout.k + 1)]
+    for idx, _ in accs:
+        ranges = []
+        for d, e in enumerate(idx):
+            lo, hi = e.interval(ext)
+            ranges.append((max(lo, 0.0), min(hi, layout.shape[d] - 1.0)))
+        for d in range(layout.k):
+            hull[d][0] = min(hull[d][0], ranges[d][0])
+            hull[d][1] = max(hull[d][1], ranges[d][1])
+        lo = sum(s * ranges[d][0] for d, s in zip(range(layout.k, n), layout.strides, strict=True))
+        hi = sum(s * ranges[d][1] for d, s in zip(range(layout.k, n), layout.strides, strict=True))
+        hull[-1][0] = min(hull[-1][0], lo // layout.epl)
+        hull[-1][1] = max(hull[-1][1], min(hi, layout.suffix_size - 1.0) // layout.epl)
+    return int(math.prod(max(0.0, hi - lo + 1) for lo, hi in hull))
+
+
+# --------------------------------------------------------------------------------------------------
+# Algorithm 2
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoopRecord:
+    """What Algorithm 2 decided at one loop (or the program root) for one cache level."""
+
+    var: str
+    depth: int
+    trip: int
+    single_lines: int  # footprint of one iteration, all buffers
+    fits: bool
+    footprint: dict[str, int]  # per buffer, whole loop
+    movement: dict[str, float]  # per buffer
+    reuse: dict[str, bool]  # reuse status after this loop
+
+
+@dataclass
+class LevelMovement:
+    """Data moved into one cache level by the whole program."""
+
+    level: str
+    capacity_lines: int
+    lines: float
+    bytes: float
+    per_buffer_lines: dict[str, float]
+    per_buffer_bytes: dict[str, float]
+    loops: list[LoopRecord]
+
+    def record(self, var: str) -> LoopRecord:
+        return next(r for r in self.loops if r.var == var)
+
+
+@dataclass
+class DataMovement:
+    """Per-cache-level movement plus the whole-program footprint (compulsory lines) of each buffer."""
+
+    line_bytes: int
+    levels: dict[str, LevelMovement]
+    footprint_lines: dict[str, int]
+    buffers: tuple[str, ...]
+    stats: FootprintStats
+
+    def bytes(self, level: str) -> float:
+        return self.levels[level].bytes
+
+    def lines(self, level: str) -> float:
+        return self.levels[level].lines
+
+
+@dataclass
+class _Info:
+    """Footprints of one node (loop, statement or the virtual root) of the tree."""
+
+    var: str
+    depth: int
+    trip: int
+    fp: dict[str, int]
+    fp1: dict[str, int]
+    children: list[_Info]
+
+
+class _Analysis:
+    """Footprint pass over the tree (independent of cache size)."""
+
+    def __init__(self, tree: LoopTree, spec: HardwareSpec, counter: FootprintCounter) -> None:
+        self.counter = counter
+        self.extents = tree.extents
+        self.line_bytes = spec.line_bytes
+        self.layouts: dict[str, LineLayout] = {}
+        self._spec_memo: dict[tuple[int, int], SpecAccess | None] = {}
+        self._path: list[str] = []
+
+    def layout(self, a: Access) -> LineLayout:
+        lay = self.layouts.get(a.buffer)
+        if lay is None:
+            lay = self.layouts[a.buffer] = LineLayout.of(a.shape, a.dtype_bytes, self.line_bytes)
+        return lay
+
+    def _specialise(self, ref: _AccRef, depth: int) -> SpecAccess | None:
+        """The access with loops outside `path[depth:]` at their first iteration; None if guarded off."""
+        key = (id(ref), depth)
+        if key in self._spec_memo:
+            return self._spec_memo[key]
+        ext = {v: self.extents[v] for v in ref.path[depth:]}
+        conds: list[IndexExpr] | None = []
+        for c in ref.conds:
+            s = c.specialize(ext)
+            if not s.is_const:
+                conds.append(s)
+            elif s.const < 0:
+                conds = None
+                break
+        got = None if conds is None else (tuple(e.specialize(ext) for e in ref.access.indices), tuple(conds))
+        self._spec_memo[key] = got
+        return got
+
+    def count(self, refs: dict[str, list[_AccRef]], depth: int) -> dict[str, int]:
+        out = {}
+        for buf, lst in refs.items():
+            accs = [a for a in (self._specialise(r, depth) for r in lst) if a is not None]
+            ext = {v: self.extents[v] for r in lst for v in r.path[depth:]}
+            out[buf] = self.counter.count(self.layouts[buf], accs, ext)
+        return out
+
+    def visit(self, node: LoopNode | StmtLeaf, refs_out: dict[str, list[_AccRef]]) -> _Info:
+        depth = len(self._path)
+        if not node.is_loop:
+            refs: dict[str, list[_AccRef]] = {}
+            for a in node.accesses:
+                if _on_chip(a.scope):
+                    continue
+                self.layout(a)
+                refs.setdefault(a.buffer, []).append(_AccRef(a, node.conditions, tuple(self._path)))
+            _merge(refs_out, refs)
+            fp = self.count(refs, depth)
+            return _Info(node.block, depth, 1, fp, fp, [])
+        self._path.append(node.var)
+        refs = {}
+        children = [self.visit(c, refs) for c in node.children]
+        self._path.pop()
+        _merge(refs_out, refs)
+        return _Info(node.var, depth, node.extent, self.count(refs, depth), self.count(refs, depth + 1), children)
+
+    def root(self, tree: LoopTree) -> _Info:
+        refs: dict[str, list[_AccRef]] = {}
+        children = [self.visit(c, refs) for c in tree.roots]
+        fp = self.count(refs, 0)
+        return _Info("<root>", -1, 1, fp, fp, children)
+
+
+@dataclass(eq=False)
+class _AccRef:
+    access: Access
+    conds: tuple[IndexExpr, ...]
+    path: tuple[str, ...]  # enclosing loop variables, outermost first
+
+
+def _merge(into: dict[str, list[_AccRef]], refs: dict[str, list[_AccRef]]) -> None:
+    for k, v in refs.items():
+        into.setdefault(k, []).extend(v)
+
+
+def _on_chip(scope: str) -> bool:
+    return any(scope.startswith(s) for s in _ON_CHIP_SCOPES)
+
+
+def _movement(info: _Info, cap: int, records: list[LoopRecord]) -> dict[str, tuple[float, bool]]:
+    """Per buffer (movement in lines, reuse status) of a node for a cache of `cap` lines."""
+    if not info.children:
+        return {t: (float(n), True) for t, n in info.fp.items()}
+    subs = [_movement(c, cap, records) for c in info.children]
+    single = sum(info.fp1.values())
+    fits = single <= cap
+    out: dict[str, tuple[float, bool]] = {}
+    for t, fp in info.fp.items():
+        touched = [i for i, s in enumerate(subs) if t in s]
+        reuse = all(subs[i][t][1] for i in touched) and not _gap_exceeds(info, touched, cap)
+        if fits or reuse:
+            mov = float(fp)
+        else:
+            mov = info.trip * sum(subs[i][t][0] for i in touched)
+        out[t] = (mov, reuse and fp <= cap)
+    records.append(
+        LoopRecord(
+            var=info.var,
+            depth=info.depth,
+            trip=info.trip,
+            single_lines=single,
+            fits=fits,
+            footprint=dict(info.fp),
+            movement={t: m for t, (m, _) in out.items()},
+            reuse={t: r for t, (_, r) in out.items()},
+        )
+    )
+    return out
+
+
+def _gap_exceeds(info: _Info, touched: list[int], cap: int) -> bool:
+    """A run of consecutive children not touching the buffer (wrapping around if the loop repeats)
+    whose footprints sum above the cache: the buffer's reuse distance exceeds the capacity."""
+    n = len(info.children)
+    if len(touched) == n:
+        return False
+    sizes = [sum(c.fp.values()) for c in info.children]
+    marks = set(touched)
+    if info.trip > 1:
+        seq: Iterable[int] = [(touched[0] + 1 + s) % n for s in range(n)]
+    else:
+        seq = range(touched[0], touched[-1] + 1)
+    run = 0
+    for i in seq:
+        if i in marks:
+            if run > cap:
+                return True
+            run = 0
+        else:
+            run += sizes[i]
+    return False
+
+
+def data_movement(
+    tree: LoopTree,
+    spec: HardwareSpec,
+    config: DataMoveConfig | None = None,
+    counter: FootprintCounter | None = None,
+) -> DataMovement:
+    """Lines/bytes moved into each cache level (L1, L2 of `spec`) by the program, total and per buffer."""
+    if counter is None:
+        counter = default_counter(config)
+    cfg = counter.config if config is None else config
+    before = counter.stats.copy()
+    analysis = _Analysis(tree, spec, counter)
+    root = analysis.root(tree)
+    capacities = {"L1": spec.l1_bytes, "L2": spec.l2_bytes, "L3": spec.l3_bytes}
+    levels: dict[str, LevelMovement] = {}
+    for level in cfg.levels:
+        cap = max(1, int(capacities[level]) // spec.line_bytes)
+        records: list[LoopRecord] = []
+        mov = _movement(root, cap, records)
+        per_lines = {t: m for t, (m, _) in mov.items()}
+        levels[level] = LevelMovement(
+            level=level,
+            capacity_lines=cap,
+            lines=float(sum(per_lines.values())),
+            bytes=float(sum(per_lines.values()) * spec.line_bytes),
+            per_buffer_lines=per_lines,
+            per_buffer_bytes={t: m * spec.line_bytes for t, m in per_lines.items()},
+            loops=records,
+        )
+    stats = counter.stats.delta(before)
+    if stats.fallbacks:
+        log.debug("data_movement: %d footprint fallbacks %s", stats.fallbacks, dict(stats.fallback_reasons))
+    return DataMovement(
+        line_bytes=spec.line_bytes,
+        levels=levels,
+        footprint_lines=dict(root.fp),
+        buffers=tuple(sorted(root.fp)),
+        stats=stats,
+    )
