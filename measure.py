@@ -386,3 +386,22 @@ def _to_result(reply: dict[str, Any]) -> MeasureResult:
     return MeasureResult(
         seconds=statistics.median(times), times=times, build_s=build_s, max_abs_err=max_abs_err
     )
+
+
+def measure(task: Any, candidates: list[Any], *, check: bool = False, **kwargs: Any) -> np.ndarray:
+    """Measured seconds of each candidate of `task` on this machine (`inf` where it failed).
+
+    Candidates that TVM rejects while replaying are failures too. With `check=True` each output is also
+    compared with the unscheduled program's. For verification and benchmarks: tuning never needs this.
+    """
+    from .errors import InvalidCandidateError
+
+    mods: list[tvm.IRModule | None] = []
+    for cand in candidates:
+        try:
+            mods.append(cand.to_mod())
+        except InvalidCandidateError:
+            mods.append(None)
+    valid = [m for m in mods if m is not None]
+    results = iter(measure_modules(valid, task.target, check_against=task.mod if check else None, **kwargs))
+    return np.array([next(results).seconds if m is not None else np.inf for m in mods])

@@ -34,7 +34,7 @@ def sample_decisions(sketch: Sketch, rng: np.random.Generator) -> dict[str, Deci
     decisions = {h.key: random_decision(h, rng) for h in sketch.holes}
     if not sketch.limits:
         return decisions
-    limited = {k for lim in sketch.limits for k, _ in lim.factors}
+    limited = sorted(set().union(*(lim.keys for lim in sketch.limits)))
     for _ in range(MAX_TRIES):
         if all(lim.holds(decisions) for lim in sketch.limits):
             return decisions

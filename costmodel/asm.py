@@ -96,10 +96,16 @@ class AsmLoop:
     header: int  # instruction index of the header's first instruction
     latch: int  # instruction index of the (last) back-edge branch
     blocks: frozenset[int]
+    latches: tuple[int, ...] = ()  # blocks ending in a back edge (LLVM may duplicate the latch)
     parent: int | None = None
     children: list[int] = field(default_factory=list)
     depth: int = 0
     trip: int | None = None
+    top_tested: bool = False  # exit test in the header: the header block runs trip + 1 times
+    iv: str | None = None  # induction register, its constant initial value, step and stepping instruction
+    iv_init: int | None = None
+    iv_step: int = 0
+    iv_write: int = -1
 
 
 @dataclass
@@ -118,6 +124,8 @@ class AsmFunction:
     _starts: list[int] = field(default_factory=list, repr=False)
     _block_loops: list[frozenset[int]] = field(default_factory=list, repr=False)
     _block_inner: list[int | None] = field(default_factory=list, repr=False)
+    _dom: list[int] = field(default_factory=list, repr=False)
+    _preds: list[list[int]] = field(default_factory=list, repr=False)
 
     def block_index(self, index: int) -> int:
         """Index of the block holding instruction `index`."""
@@ -236,7 +244,10 @@ _X86_FLAG_WRITERS = frozenset(
     "add sub adc sbb and or xor cmp test inc dec neg shl sal shr sar rol ror imul mul idiv div bt bts btr "
     "andn popcnt lzcnt tzcnt bsf bsr blsr blsi bzhi shld shrd".split()
 )
-_X86_NO_DEST = frozenset("cmp test bt push".split())
+_X86_NO_DEST = frozenset(
+    "cmp test bt push idiv div ptest vptest vtestps vtestpd ucomiss ucomisd comiss comisd vucomiss vucomisd "
+    "vcomiss vcomisd vucomish vcomish kortestw kortestb kortestd kortestq ktestw ktestb ktestd ktestq".split()
+)
 _X86_FMA_RE = re.compile(r"^v?f(n)?m(add|sub|addsub|subadd)(132|213|231)?([ps])([sdh])$")
 _X86_MAC_RE = re.compile(r"^vp(dpbusds?|dpwssds?|madd52[lh]uq)$")
 _X86_BCAST_RE = re.compile(r"^v?(p?broadcast|movddup)")
@@ -396,7 +407,7 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
 
     # registers read and written
     dest = parsed[last] if parsed else None
-    if base in _X86_NO_DEST or base == "push":
+    if base in _X86_NO_DEST or base == "push" or (base in ("mul", "imul") and len(parsed) == 1):
         for p in parsed:
             if p.kind == "reg" and p.reg:
                 reads.add(p.reg)
@@ -504,7 +515,9 @@ _A64_SHUFFLE = frozenset(
     "zip1 zip2 uzp1 uzp2 trn1 trn2 ext tbl tbx rev16 rev32 rev64 ins umov smov xtn xtn2 sqxtn sqxtn2 uqxtn "
     "uqxtn2 sxtl sxtl2 uxtl uxtl2".split()
 )
-_A64_FLAG_WRITERS = frozenset("cmp cmn tst fcmp fcmpe ccmp ccmn fccmp fccmpe adds subs ands bics adcs sbcs negs".split())
+_A64_FLAG_WRITERS = frozenset(
+    "cmp cmn tst fcmp fcmpe ccmp ccmn fccmp fccmpe adds subs ands bics adcs sbcs negs".split()
+)
 _A64_FLAG_READERS = frozenset(
     "csel csinc csinv csneg cset csetm cinc cinv cneg fcsel adc sbc adcs sbcs ngc ccmp ccmn fccmp fccmpe".split()
 )
@@ -545,11 +558,14 @@ def _a64_reg(tok: str) -> _A64Reg | None:
     return _A64Reg(canon, "vec", _A64_SCALAR_BITS[letter], False, False)
 
 
+_A64_LANE_LIST_RE = re.compile(r"\}\s*\[\d+\]")
+_A64_REG_TOKEN_RE = re.compile(r"(?<![\w.:#])([xwvqdshb]\d+(?:\.\d*[bhsdq])?(?:\[\d+\])?|w?sp|[xw]zr)(?![\w.])")
+
+
 def _a64_regs_in(op: str) -> list[_A64Reg]:
-    toks = re.split(r"[\s,{}\[\]!]+", op)
     out = []
-    for t in toks:
-        r = _a64_reg(t) if t else None
+    for t in _A64_REG_TOKEN_RE.findall(op):
+        r = _a64_reg(t)
         if r is not None:
             out.append(r)
     return out
@@ -609,9 +625,10 @@ def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
     arranged_bits = max((r.bits for r in vec_regs if r.arranged), default=0)
     first = flat[0] if flat else None
 
+    lane_list = any(_A64_LANE_LIST_RE.search(o) for o in data_ops)  # { v0.s }[1]
     if is_load:
         dests = flat
-        lane_load = any(r.lane for r in dests)
+        lane_load = lane_list or any(r.lane for r in dests)
         for r in dests:
             if r.canon:
                 writes.add(r.canon)
@@ -632,7 +649,7 @@ def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
             if r.canon:
                 reads.add(r.canon)
         if re.match(r"^st[1-4]$", base_mn):
-            lane_store = any(r.lane for r in flat)
+            lane_store = lane_list or any(r.lane for r in flat)
             iclass, width = (SCALAR_STORE, 0) if lane_store else (VEC_STORE, arranged_bits)
         elif first is not None and first.kind == "vec" and first.bits == 128:
             iclass, width = VEC_STORE, 128
@@ -722,6 +739,22 @@ def _strip_comment(line: str, arch: str) -> str:
     return line if i < 0 else line[:i]
 
 
+_TYPE_FUNCTION_RE = re.compile(r"^\s*\.type\s+([^,\s]+)\s*,\s*[@%]function", re.M)
+_GLOBL_RE = re.compile(r"^\s*\.glob(?:a)?l\s+(\S+)", re.M)
+_SECTION_DIRECTIVES = (".section", ".text", ".data", ".bss", ".rodata", ".pushsection", ".popsection")
+
+
+def _switch_section(line: str, in_text: bool, stack: list[bool]) -> bool:
+    """Whether the lines after the section directive `line` are code."""
+    if line.startswith(".pushsection"):
+        stack.append(in_text)
+        return bool(_is_text_section(".section " + line.split(None, 1)[1]))
+    if line.startswith(".popsection"):
+        return stack.pop() if stack else in_text
+    switched = _is_text_section(line)
+    return in_text if switched is None else switched
+
+
 def _is_text_section(directive: str) -> bool | None:
     """True/False when `directive` switches to a code/non-code section, None when it does not switch."""
     d = directive.split(None, 1)
@@ -751,18 +784,8 @@ def parse_asm(text: str, arch: str) -> AsmProgram:
     if not isinstance(text, str) or not text.strip():
         raise AsmParseError("empty assembly text")
     lines = text.splitlines()
-    typed_functions: set[str] = set()
-    globals_: set[str] = set()
-    for raw in lines:
-        s = raw.strip()
-        if s.startswith(".type"):
-            m = re.match(r"\.type\s+([^,\s]+)\s*,\s*[@%]function", s)
-            if m:
-                typed_functions.add(m.group(1))
-        elif s.startswith(".globl") or s.startswith(".global"):
-            parts = s.split()
-            if len(parts) > 1:
-                globals_.add(parts[1])
+    typed_functions = set(_TYPE_FUNCTION_RE.findall(text))
+    globals_ = set(_GLOBL_RE.findall(text))
     use_types = bool(typed_functions)
     mn_re = _X86_MNEMONIC_RE if arch == "x86" else _A64_MNEMONIC_RE
 
@@ -771,40 +794,37 @@ def parse_asm(text: str, arch: str) -> AsmProgram:
     in_text = True
     section_stack: list[bool] = []
     for lineno, raw in enumerate(lines, 1):
-        line = _strip_comment(raw, arch).strip()
+        line = raw.strip()
         if not line:
             continue
-        while True:
+        c = line[0]
+        if not in_text:
+            if c == "." and line.startswith(_SECTION_DIRECTIVES):
+                in_text = _switch_section(line, in_text, section_stack)
+            continue
+        if c == "." and _LABEL_RE.match(line) is None:
+            if line.startswith(_SECTION_DIRECTIVES):
+                in_text = _switch_section(line, in_text, section_stack)
+            continue
+        if c == "#" or line.startswith("//"):
+            continue
+        line = _strip_comment(line, arch).strip()
+        while line:
             m = _LABEL_RE.match(line)
             if not m:
                 break
             label = m.group(1)
             line = line[m.end():].strip()
-            if not in_text:
-                continue
             starts_function = label in typed_functions if use_types else not label.startswith(".L")
             if starts_function:
                 cur = AsmFunction(label, arch, [], {}, is_global=label in globals_ or not use_types)
                 functions.append(cur)
             elif cur is not None:
                 cur.labels[label] = len(cur.instructions)
-            elif not label.startswith(".L") or label.startswith(".LBB"):
+            elif label.startswith(".LBB"):
                 cur = AsmFunction(label, arch, [], {}, is_global=True)
                 functions.append(cur)
-        if not line:
-            continue
-        if line.startswith("."):
-            if line.startswith(".pushsection"):
-                section_stack.append(in_text)
-                in_text = bool(_is_text_section(".section " + line.split(None, 1)[1]))
-            elif line.startswith(".popsection") and section_stack:
-                in_text = section_stack.pop()
-            else:
-                switched = _is_text_section(line)
-                if switched is not None:
-                    in_text = switched
-            continue
-        if not in_text:
+        if not line or line[0] == ".":
             continue
         mnemonic = line.split(None, 1)[0].lower()
         if not mn_re.match(mnemonic):
@@ -939,6 +959,7 @@ def _find_loops(f: AsmFunction) -> None:
             preds[b].append(a)
     bodies: dict[int, set[int]] = {}
     latch_of: dict[int, int] = {}
+    latch_blocks: dict[int, list[int]] = {}
     for k, ss in enumerate(succs):
         for h in ss:
             if dom[k] >> h & 1:
@@ -950,8 +971,9 @@ def _find_loops(f: AsmFunction) -> None:
                         body.add(x)
                         work.extend(preds[x])
                 latch_of[h] = max(latch_of.get(h, -1), f.blocks[k].end - 1)
+                latch_blocks.setdefault(h, []).append(k)
     heads = sorted(bodies)
-    loops = [AsmLoop(f.blocks[h].start, latch_of[h], frozenset(bodies[h])) for h in heads]
+    loops = [AsmLoop(f.blocks[h].start, latch_of[h], frozenset(bodies[h]), tuple(latch_blocks[h])) for h in heads]
     head_block = {i: h for i, h in enumerate(heads)}
     for i, lp in enumerate(loops):
         outer = [j for j, o in enumerate(loops) if j != i and head_block[i] in o.blocks]
@@ -965,6 +987,7 @@ def _find_loops(f: AsmFunction) -> None:
         if lp.parent is not None:
             loops[lp.parent].children.append(i)
     f.loops = loops
+    f._dom, f._preds = dom, preds
     block_loops, inner = [], []
     for k in range(len(f.blocks)):
         ls = frozenset(i for i, lp in enumerate(loops) if k in lp.blocks)
@@ -1259,10 +1282,18 @@ def _infer_trip(f: AsmFunction, li: int) -> int | None:
     ind, rel, setter, bound, bottom = cmp
     lp = f.loops[li]
     writes = _writes_in(f, ind, li)
-    if len(writes) != 1 or f.innermost_loop(writes[0]) != li:
+    step_of = _x86_step if f.arch == "x86" else _a64_step
+    if len(writes) != 1:
+        # a duplicated latch steps the induction register once on each path: one write per latch block
+        wb = sorted(f.block_index(x) for x in writes)
+        if wb != sorted(lp.latches) or len({step_of(f.instructions[x], ind) for x in writes}) != 1:
+            return None
+    w = max(writes, key=lambda x: x <= setter) if len(writes) > 1 else writes[0]
+    if f.block_index(w) != f.block_index(setter) and len(writes) > 1:
+        w = next((x for x in writes if f.block_index(x) == f.block_index(setter)), w)
+    if f.innermost_loop(w) != li:
         return None
-    w = writes[0]
-    step = (_x86_step if f.arch == "x86" else _a64_step)(f.instructions[w], ind)
+    step = step_of(f.instructions[w], ind)
     if not step:
         return None
     init = _value_before(f, lp.header, ind, outside=li)
@@ -1286,7 +1317,206 @@ def _infer_trip(f: AsmFunction, li: int) -> int | None:
     trip = _solve_trip(first, step, bound_c, rel, bottom)
     if trip is None or trip <= 0 or trip > 1 << 40:
         return None
+    lp.top_tested = not bottom
+    lp.iv, lp.iv_step, lp.iv_write = ind, step, w
+    lp.iv_init = init[1] if init[0] is None else None
     return trip
+
+
+_Adjust = tuple[tuple[int, ...], int]  # (loops, executions per full run of their iterations)
+
+
+def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
+    """Blocks behind a branch on `induction == constant` (or several inductions all zero), such as the
+    `k == 0` initialisation LLVM keeps inside a reduction loop. Maps block -> [(loops, executions)]: the
+    block runs `executions` times per run of all iterations of `loops`, not on every iteration.
+    """
+    out: dict[int, list[_Adjust]] = {}
+    for k, b in enumerate(f.blocks):
+        last = f.instructions[b.end - 1]
+        if not f._block_loops[k] or not last.is_branch or _ends_flow(last, f.arch) or last.target not in f.labels:
+            continue
+        guard = _iv_guard(f, k, b.end - 1)
+        if guard is None:
+            continue
+        terms, equal_side_taken = guard
+        loops = tuple(sorted({li for li, _, _ in terms}))
+        if len(loops) != len(terms):
+            continue
+        total, hits = 1, 1
+        for li, value, stepped in terms:
+            lp = f.loops[li]
+            total *= lp.trip
+            if value is None:
+                hits = 0
+                continue
+            n, r = divmod(value - lp.iv_init - (lp.iv_step if stepped else 0), lp.iv_step)
+            hits *= 1 if r == 0 and 0 <= n < lp.trip else 0
+        target = f.block_index(f.labels[last.target])
+        equal_side, other_side = (target, k + 1) if equal_side_taken else (k + 1, target)
+        body = frozenset.intersection(*(f.loops[li].blocks for li in loops))
+        headers = {f.block_index(f.loops[li].header) for li in loops}
+        for side, times in ((equal_side, hits), (other_side, total - hits)):
+            if side not in body or f._preds[side] != [k] or side in headers:
+                continue
+            for kk in body:
+                if f._dom[kk] >> side & 1:
+                    out.setdefault(kk, []).append((loops, times))
+    return out
+
+
+def _iv_guard(f: AsmFunction, k: int, bi: int) -> tuple[list[tuple[int, int | None, bool]], bool] | None:
+    """For the branch at `bi` ending block `k`: ([(loop, constant, stepped)], taken when all are equal)."""
+    branch = f.instructions[bi]
+    mn = branch.mnemonic
+    if f.arch == "aarch64" and mn in ("cbz", "cbnz"):
+        r = _a64_reg(branch.operands[0])
+        terms = _iv_terms(f, k, bi, r.canon, 0) if r is not None and r.canon else None
+        return (terms, mn == "cbz") if terms else None
+    rel = (_X86_CC_REL.get(mn[1:]) if mn.startswith("j") else None) if f.arch == "x86" else (
+        _A64_CC_REL.get(mn[2:]) if mn.startswith("b.") else None)
+    if rel not in ("==", "!="):
+        return None
+    for i in range(bi - 1, f.blocks[k].start - 1, -1):
+        inst = f.instructions[i]
+        if FLAGS not in inst.writes:
+            continue
+        if f.arch == "x86" and _x86_base_mnemonic(inst.mnemonic) == "or" and len(inst.operands) == 2:
+            src, dst = _x86_operand(inst.operands[0]), _x86_operand(inst.operands[1])
+            if src.kind == "reg" and dst.kind == "reg":
+                t1, t2 = _iv_terms(f, k, i, src.reg, 0), _iv_terms(f, k, i, dst.reg, 0)
+                return (t1 + t2, rel == "==") if t1 and t2 else None
+            return None
+        lhs, rhs = _compare_sides(inst, f.arch)
+        if isinstance(lhs, str) and isinstance(rhs, int):
+            terms = _iv_terms(f, k, i, lhs, rhs)
+            return (terms, rel == "==") if terms else None
+        return None
+    return None
+
+
+def _iv_terms(f: AsmFunction, k: int, pos: int, reg: str, value: int, depth: int = 0
+              ) -> list[tuple[int, int | None, bool]]:
+    """`reg == value` at `pos` in block `k` as induction tests [(loop, iv value or None if never, stepped)].
+
+    `reg` may be an affine function of one induction register; for value 0 it may be the bitwise or of
+    several such registers (`k0 == 0 and k1 == 0`). [] when it is neither.
+    """
+    if depth > 6:
+        return []
+    j = _last_write_in_block(f, k, pos, reg)
+    if j == -1:
+        return []
+    if value == 0 and j is not None:
+        kj = f.block_index(j)
+        inst = f.instructions[j]
+        base = inst.mnemonic.split(".")[0] if f.arch == "aarch64" else _x86_base_mnemonic(inst.mnemonic)
+        srcs = sorted(r for r in inst.reads if r != FLAGS)
+        if base in ("or", "orr") and 1 <= len(srcs) <= 2 and not inst.mem_read:
+            terms: list[tuple[int, int | None, bool]] = []
+            for r in srcs:
+                t = _iv_terms(f, kj, j, r, 0, depth + 1)
+                if not t:
+                    return []
+                terms += t
+            return terms
+    aff = _iv_affine(f, k, pos, reg, depth + 1)
+    if aff is None:
+        return []
+    li, a, b, stepped = aff
+    if a == 0:
+        return []
+    q, r = divmod(value - b, a)
+    return [(li, q if r == 0 else None, stepped)]
+
+
+def _last_write_in_block(f: AsmFunction, k: int, pos: int, reg: str) -> int | None:
+    """The write of `reg` that reaches `pos` in block `k`: the last one above it in the block, else the last
+    one of the single block writing `reg` in the innermost enclosing loop that writes it, if that block
+    dominates `k`. None when no enclosing loop writes `reg` (or it is an induction register), -1 when the
+    reaching write is not known."""
+    for j in range(pos - 1, f.blocks[k].start - 1, -1):
+        if reg in f.instructions[j].writes:
+            return j
+    if any(f.loops[li].iv == reg for li in f._block_loops[k]):
+        return None
+    li = f._block_inner[k]
+    while li is not None:
+        ws = _writes_in(f, reg, li)
+        if ws:
+            kb = f.block_index(ws[0])
+            if kb != k and f.block_index(ws[-1]) == kb and f._dom[k] >> kb & 1:
+                return ws[-1]
+            return -1
+        li = f.loops[li].parent
+    return None
+
+
+def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[int, int, int, bool] | None:
+    """`reg` at `pos` in block `k` as (loop, a, b, stepped): reg = a * iv(loop) + b, or None."""
+    if depth > 8:
+        return None
+    j = _last_write_in_block(f, k, pos, reg)
+    if j == -1:
+        return None
+    if j is None:
+        for li in f._block_loops[k]:
+            lp = f.loops[li]
+            if lp.iv == reg and lp.iv_init is not None and lp.trip is not None:
+                wb = f.block_index(lp.iv_write)
+                return (li, 1, 0, wb != k and bool(f._dom[k] >> wb & 1))
+        return None
+    for li in f._block_loops[k]:
+        lp = f.loops[li]
+        if lp.iv == reg and lp.iv_write == j and lp.iv_init is not None and lp.trip is not None:
+            return (li, 1, 0, True)
+    inst = f.instructions[j]
+    ops = inst.operands
+    kj = f.block_index(j)
+
+    def scaled(src: str, mul: int, add: int) -> tuple[int, int, int, bool] | None:
+        v = _iv_affine(f, kj, j, src, depth + 1)
+        return None if v is None else (v[0], v[1] * mul, v[2] * mul + add, v[3])
+
+    if f.arch == "x86":
+        base = _x86_base_mnemonic(inst.mnemonic)
+        if len(ops) != 2:
+            return None
+        src, dst = _x86_operand(ops[0]), _x86_operand(ops[1])
+        if base == "mov" and src.kind == "reg" and src.reg:
+            return scaled(src.reg, 1, 0)
+        if base in ("add", "sub", "shl") and src.kind == "imm" and src.value is not None and dst.reg == reg:
+            if base == "shl":
+                return scaled(reg, 1 << src.value, 0)
+            return scaled(reg, 1, src.value if base == "add" else -src.value)
+        if base == "lea" and src.kind == "mem" and src.symbol is None:
+            inner = ops[0][ops[0].index("(") + 1: ops[0].rindex(")")].split(",")
+            disp_text = ops[0][: ops[0].index("(")].strip()
+            disp = _parse_int(disp_text) if disp_text else 0
+            base_r = _X86_REGS.get(inner[0].strip()[1:], (None, 0))[0] if inner[0].strip() else None
+            idx_r = _X86_REGS.get(inner[1].strip()[1:], (None, 0))[0] if len(inner) > 1 else None
+            scale = _parse_int(inner[2].strip()) if len(inner) > 2 else 1
+            if disp is None or scale is None:
+                return None
+            parts = [(r, m) for r, m in ((base_r, 1), (idx_r, scale)) if r]
+            vals = [scaled(r, m, 0) for r, m in parts]
+            if not vals or any(v is None for v in vals) or len({(v[0], v[3]) for v in vals}) != 1:
+                return None
+            return (vals[0][0], sum(v[1] for v in vals), sum(v[2] for v in vals) + disp, vals[0][3])
+        return None
+    base = inst.mnemonic
+    regs = [_a64_reg(o) for o in ops]
+    if base == "mov" and len(ops) == 2 and regs[1] is not None and regs[1].canon:
+        return scaled(regs[1].canon, 1, 0)
+    if base in ("add", "sub") and len(ops) >= 3 and regs[1] is not None and regs[1].canon:
+        imm = _a64_imm(ops[2], ops[3:])
+        if imm is not None:
+            return scaled(regs[1].canon, 1, imm if base == "add" else -imm)
+    if base == "lsl" and len(ops) == 3 and regs[1] is not None and regs[1].canon:
+        imm = _a64_imm(ops[2], ())
+        if imm is not None:
+            return scaled(regs[1].canon, 1 << imm, 0)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1294,6 +1524,11 @@ def _infer_trip(f: AsmFunction, li: int) -> int | None:
 # ----------------------------------------------------------------------------------------------------------
 
 HIDDEN_KINDS = frozenset({"vectorized", "unrolled"})
+
+
+def _visible(lp: IRLoopLike) -> bool:
+    """Can this IR loop be an assembly loop? Not when vectorized, unrolled, or of extent 1."""
+    return lp.kind not in HIDDEN_KINDS and int(lp.extent) > 1
 
 
 @dataclass(frozen=True)
@@ -1385,8 +1620,8 @@ def _ir_tree(ir_loops: Sequence[IRLoopLike]) -> tuple[list[int], dict[int, int |
     for i, lp in enumerate(ir_loops):
         while stack and ir_loops[stack[-1]].depth >= lp.depth:
             stack.pop()
-        if lp.kind not in HIDDEN_KINDS:
-            kp = next((j for j in reversed(stack) if ir_loops[j].kind not in HIDDEN_KINDS), None)
+        if _visible(lp):
+            kp = next((j for j in reversed(stack) if _visible(ir_loops[j])), None)
             parent[i] = kp
             kept.append(i)
         stack.append(i)
@@ -1419,6 +1654,7 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
     pointer = 0
     used: set[int] = set()
     fallbacks = 0
+    defaults: list[str] = []
     for f, li, parent in order:
         lp = f.loops[li]
         q = matched.get(parent) if parent is not None else None
@@ -1449,10 +1685,12 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
         if source != "asm":
             fallbacks += 1
             if source == "default":
-                log.warning("asm loop %s#%d has no recoverable bounds and no IR loop: trip %d assumed",
-                            f.name, li, trip)
+                defaults.append(f"{f.name}#{li}")
         matched[(f.name, li)] = best
         matches.append(LoopMatch(f.name, li, best, lp.trip, trip, source, how))
+    if defaults:
+        log.warning("%d assembly loop(s) with no constant bounds and no IR loop, trip %d assumed: %s",
+                    len(defaults), cfg.default_trip, ", ".join(defaults))
     unmatched = [i for i in kept if i not in used]
     return LoopMapping(matches, ir, unmatched, fallbacks)
 
@@ -1544,9 +1782,18 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
     blocks: list[BlockExec] = []
     for fname in visited:
         f = program.function(fname)
-        for b in f.blocks:
+        rare = _rare_blocks(f)
+        for k, b in enumerate(f.blocks):
             inner = f.innermost_loop(b.start)
             n = factor(fname, inner) if inner is not None else _ctx_factor(fname)
+            if inner is not None and f.loops[inner].top_tested and f.block_index(f.loops[inner].header) == k:
+                trip = mapping.trip(fname, inner)
+                n = n // trip * (trip + 1)
+            for loops, times in rare.get(k, ()):
+                whole = 1
+                for li in loops:
+                    whole *= mapping.trip(fname, li)
+                n = n // whole * times
             blocks.append(BlockExec(fname, b, n))
             for inst in b.instructions:
                 by_class[inst.iclass] += n

@@ -113,6 +113,12 @@ class CudaBuild:
     launch: tuple[LaunchConfig, ...]
     device_funcs: dict[str, tirx.PrimFunc] = field(default_factory=dict)  # lowered kernels, flat buffers
     ptxas_log: str = ""
+    dynamic_smem: dict[str, int] = field(default_factory=dict)  # bytes of "shared.dyn", set at launch
+
+    def smem_bytes(self, kernel: str) -> int:
+        """Static (ptxas) plus dynamic shared memory of one block of `kernel`."""
+        res = self.resources.get(kernel)
+        return (res.smem_bytes if res else 0) + self.dynamic_smem.get(kernel, 0)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,6 +216,24 @@ def lower_device(mod: tvm.IRModule, target: str | dict | Target) -> dict[str, ti
     return out
 
 
+def dynamic_smem_bytes(func: tirx.PrimFunc) -> int:
+    """Bytes of dynamic shared memory a lowered kernel allocates (ptxas does not see them)."""
+    total = 0
+
+    def visit(node: tirx.AllocBuffer) -> None:
+        nonlocal total
+        buf = node.buffer
+        if str(buf.scope()) == "shared.dyn" and all(isinstance(d, tirx.IntImm) for d in buf.shape):
+            bits = re.match(r"^[a-z]+?(\d+)", str(buf.dtype))
+            count = max(1, int(bits.group(1)) // 8) if bits else 1
+            for d in buf.shape:
+                count *= int(d)
+            total += count
+
+    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, visit)], order="pre")
+    return total
+
+
 # ---------------------------------------------------------------------------------------------------
 # nvcc / ptxas with a cache keyed by the source hash
 
@@ -233,13 +257,12 @@ def _cached(key: str, config: CudaBuildConfig, produce) -> str:
             _stats["hits"] += 1
             return _cache[key]
     path = os.path.join(config.cache_dir, key) if config.cache_dir else None
-    if path and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
+    hit = bool(path and os.path.exists(path))
+    if hit:
+        with open(path, encoding="utf-8") as f:  # type: ignore[arg-type]
             value = f.read()
-        _stats["hits"] += 1
     else:
         value = produce()
-        _stats["misses"] += 1
         if path:
             os.makedirs(config.cache_dir, exist_ok=True)  # type: ignore[arg-type]
             tmp = f"{path}.{os.getpid()}.tmp"
@@ -247,6 +270,7 @@ def _cached(key: str, config: CudaBuildConfig, produce) -> str:
                 f.write(value)
             os.replace(tmp, path)
     with _cache_lock:
+        _stats["hits" if hit else "misses"] += 1
         _cache[key] = value
         while len(_cache) > config.cache_entries:
             _cache.popitem(last=False)
@@ -363,5 +387,7 @@ def build_cuda(mod: tvm.IRModule, target: str | dict | Target = "cuda-sm90",
     if missing:
         log.warning("kernels %s of the launch configuration are not in the ptxas report (%s)",
                     missing, sorted(resources))
+    device = lower_device(mod, target)
     return CudaBuild(arch=arch, cuda_source=source, ptx=ptx, resources=resources, launch=launch,
-                     device_funcs=lower_device(mod, target), ptxas_log=report)
+                     device_funcs=device, ptxas_log=report,
+                     dynamic_smem={name: dynamic_smem_bytes(f) for name, f in device.items()})

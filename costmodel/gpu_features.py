@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
+from drytune.costmodel import ptx as ptx_mod
+from drytune.costmodel.cuda_build import CudaBuild, CudaBuildConfig, LaunchConfig, build_cuda, lower_device
+from drytune.target import HardwareSpec, resolve_target
 from tvm import tirx
 from tvm.target import Target
-
-from drytune.costmodel import ptx as ptx_mod
-from drytune.costmodel.cuda_build import CudaBuild, CudaBuildConfig, LaunchConfig, build_cuda
-from drytune.target import HardwareSpec, resolve_target
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +246,13 @@ def bank_conflicts(func: tirx.PrimFunc, spec: HardwareSpec) -> BankConflicts:
         try:
             addresses = []
             for env in envs:
-                ev = _IndexEvaluator(env, dict(binds))
+                ev = _IndexEvaluator(env, binds)
                 flat: int | list[int] = 0
                 for k, idx in enumerate(indices):
                     stride = math.prod(shape[k + 1:]) if k + 1 < len(shape) else 1
                     flat = _apply(operator.add, flat, _apply(operator.mul, ev(idx), stride))
                 addresses.append([a * elem for a in flat] if isinstance(flat, list) else [flat * elem])
-        except _EvalError as err:
+        except Exception as err:  # any unexpected index form (e.g. indirect loads) is a counted skip
             skipped += 1
             log.debug("shared access to %s not evaluated: %s", buffer.name, err)
             return
@@ -303,8 +302,6 @@ def bank_conflicts(func: tirx.PrimFunc, spec: HardwareSpec) -> BankConflicts:
 def module_bank_conflicts(mod: tvm.IRModule, target: str | dict | Target = "cuda-sm90",
                           spec: HardwareSpec | None = None) -> dict[str, BankConflicts]:
     """Bank conflicts of each kernel of a scheduled module (lowered with TVM's default pipeline)."""
-    from drytune.costmodel.cuda_build import lower_device
-
     spec = spec or resolve_target(target)[1]
     return {name: bank_conflicts(f, spec) for name, f in lower_device(mod, target).items()}
 
@@ -326,7 +323,7 @@ class GPUFeatures:
     threads: int
     # ptxas
     registers: int
-    smem_bytes: int
+    smem_bytes: int  # static (ptxas) + dynamic shared memory per block
     spill_bytes: int
     stack_bytes: int
     barriers: int
@@ -340,7 +337,7 @@ class GPUFeatures:
     # work per thread (PTX, Algorithm 3)
     dyn_instructions: float
     dyn_by_class: dict[str, float]
-    fma: float
+    fma: float  # CUDA-core FMAs plus the thread's share of tensor-core multiply-adds
     flops: float
     global_load_bytes: float
     global_store_bytes: float
@@ -384,16 +381,17 @@ def kernel_features(name: str, build: CudaBuild, module: ptx_mod.PtxModule, spec
     res = build.resources.get(name)
     if res is None:
         raise ptx_mod.PtxParseError(f"ptxas reported no resources for kernel {name!r}")
-    occ = occupancy(res.registers, res.smem_bytes, launch.threads_per_block, spec, table)
+    smem = build.smem_bytes(name)
+    occ = occupancy(res.registers, smem, launch.threads_per_block, spec, table)
     profile = ptx_mod.dynamic_profile(func, module)
     xf = ptx_mod.xfeatur_features(func, table, launch.grid, launch.block, module, profile)
     banks = bank_conflicts(lowered, spec) if lowered is not None else BankConflicts((), 1, 1.0)
     shared_ops = profile.count("ld.shared", "st.shared")
-    fma = profile.count(*_FMA)
+    fma = profile.count(*_FMA) + profile.mma_fma
     return GPUFeatures(
         kernel=name, grid=launch.grid, block=launch.block, vthreads=launch.vthreads,
         threads_per_block=launch.threads_per_block, blocks=launch.blocks, threads=launch.threads,
-        registers=res.registers, smem_bytes=res.smem_bytes, spill_bytes=res.spill_bytes,
+        registers=res.registers, smem_bytes=smem, spill_bytes=res.spill_bytes,
         stack_bytes=res.stack_bytes, barriers=res.barriers,
         blocks_per_sm=occ.blocks_per_sm, warps_per_sm=occ.warps_per_sm, occupancy=occ.occupancy,
         occupancy_limiter=occ.limiter, waves=waves(launch.blocks, occ.blocks_per_sm, spec.sm_count),

@@ -140,6 +140,9 @@ def classify(opcode: str, operands: tuple[str, ...] = ()) -> str:
         return "ret"
     if base in ("shfl", "vote", "match", "redux", "activemask"):
         return "shfl"
+    if base == "wmma" and mods and mods[0] in ("load", "store"):
+        space = next((s for s in _SPACES if s in mods), "global")
+        return f"{'ld' if mods[0] == 'load' else 'st'}.{space}"
     if base in ("mma", "wmma", "wgmma"):
         return "mma"
     if base in ("setp", "set"):
@@ -175,6 +178,24 @@ def classify(opcode: str, operands: tuple[str, ...] = ()) -> str:
     return "other"
 
 
+def _mma_shape(mods: tuple[str, ...]) -> tuple[int, int, int] | None:
+    for m in mods:
+        hit = re.fullmatch(r"m(\d+)n(\d+)k(\d+)", m)
+        if hit:
+            return int(hit.group(1)), int(hit.group(2)), int(hit.group(3))
+    return None
+
+
+def mma_fma_per_thread(opcode: str) -> float:
+    """Multiply-adds one thread's share of a tensor-core instruction performs (0 if not an mma)."""
+    parts = opcode.split(".")
+    shape = _mma_shape(tuple(parts[1:]))
+    if classify(opcode) != "mma" or shape is None:
+        return 0.0
+    threads = 128 if parts[0] == "wgmma" else 32  # wgmma is issued by a warpgroup of four warps
+    return shape[0] * shape[1] * shape[2] / threads
+
+
 def _width_bytes(base: str, mods: tuple[str, ...], operands: tuple[str, ...], cls: str) -> int:
     """Bytes one thread moves with a memory instruction (0 for other instructions)."""
     if cls == "cp.async":
@@ -187,6 +208,15 @@ def _width_bytes(base: str, mods: tuple[str, ...], operands: tuple[str, ...], cl
     if base in ("ldmatrix", "stmatrix"):
         n = next((int(m[1:]) for m in mods if m in ("x1", "x2", "x4")), 1)
         return 4 * n
+    if base == "wmma":
+        shape = _mma_shape(mods)
+        if shape is None or len(mods) < 2:
+            return 0
+        m, n, k = shape
+        elems = {"a": m * k, "b": k * n}.get(mods[1], m * n)
+        size = next((_TYPE_BYTES[re.sub(r"^[a-z]+", "", t)] for t in reversed(_types_of(mods))
+                     if re.sub(r"^[a-z]+", "", t) in _TYPE_BYTES), 2)
+        return elems * size // 32
     vec = next((int(m[1:]) for m in mods if m in ("v2", "v4", "v8")), 1)
     size = 4
     for t in _types_of(mods):
@@ -247,7 +277,8 @@ def _make_instruction(index: int, line: int, text: str) -> Instruction | None:
     base = opcode.split(".")[0]
     mods = tuple(p.split("::")[0] for p in opcode.split(".")[1:])
     cls = classify(opcode, operands)
-    has_dest = base not in _NO_DEST and cls not in ("bar", "sync", "cp.async") and bool(operands)
+    has_dest = (base not in _NO_DEST and cls not in ("bar", "sync", "cp.async") and not cls.startswith("st.")
+                and bool(operands))
     dests: tuple[str, ...] = ()
     if has_dest:
         dests = tuple(_REG.findall(operands[0].split("|")[0])) + tuple(
@@ -730,6 +761,7 @@ class DynamicProfile:
     static_counts: dict[str, int]
     unknown_loops: int = 0  # loops whose trip count fell back to 1
     unresolved_calls: int = 0
+    mma_fma: float = 0.0  # multiply-adds per thread done by tensor-core instructions
 
     @property
     def total(self) -> float:
@@ -753,9 +785,12 @@ def dynamic_profile(func: PtxFunction, module: PtxModule | None = None,
     static: dict[str, int] = {}
     unknown = sum(1 for lp in loops if lp.trip_count is None)
     unresolved = 0
+    mma_fma = 0.0
     for ins in func.instructions:
         m = mult[ins.index]
         counts[ins.cls] = counts.get(ins.cls, 0.0) + m
+        if ins.cls == "mma":
+            mma_fma += m * mma_fma_per_thread(ins.opcode)
         static[ins.cls] = static.get(ins.cls, 0) + 1
         if ins.width_bytes:
             nbytes[ins.cls] = nbytes.get(ins.cls, 0.0) + m * ins.width_bytes
@@ -772,9 +807,10 @@ def dynamic_profile(func: PtxFunction, module: PtxModule | None = None,
                 nbytes[k] = nbytes.get(k, 0.0) + m * v
             unknown += sub.unknown_loops
             unresolved += sub.unresolved_calls
+            mma_fma += m * sub.mma_fma
     if unknown:
         log.info("%s: %d loop(s) with unknown trip count counted once", func.name, unknown)
-    return DynamicProfile(func.name, loops, mult, counts, nbytes, static, unknown, unresolved)
+    return DynamicProfile(func.name, loops, mult, counts, nbytes, static, unknown, unresolved, mma_fma)
 
 
 def work_cycles(profile: DynamicProfile, table: LatencyTable) -> float:

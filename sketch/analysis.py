@@ -160,25 +160,36 @@ def analyze_block(sch: s_tir.Schedule, name: str, outputs: set[str] | None = Non
     )
 
 
+def _bindings(sch: s_tir.Schedule, name: str) -> list[tuple[str, int, set[str]]]:
+    """(iterator, iterator type, loop variables in its binding) for each iterator of block `name`."""
+    rv = sch.get_sblock(name)
+    loops = sch.get_loops(rv)
+    realize = sch.get_sref(rv).stmt
+    inner = sch.get(loops[-1]) if loops else sch.mod["main"].body
+    out: list[tuple[str, int, set[str]]] = []
+
+    def on_realize(r: s_tir.SBlockRealize) -> None:
+        if r.block.same_as(realize):
+            for iv, val in zip(r.block.iter_vars, r.iter_values, strict=True):
+                out.append((iv.var.name, int(iv.iter_type), _vars_in(val)))
+
+    tvm_ffi.structural_walk(inner, [(s_tir.SBlockRealize, on_realize)], order="pre")
+    return out
+
+
+def iter_var_loops(sch: s_tir.Schedule, name: str) -> dict[str, set[str]]:
+    """For each iterator of block `name`, the loop variables its binding uses."""
+    return {iv: used for iv, _, used in _bindings(sch, name)}
+
+
 def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
     """For each loop around block `name` (outer to inner): "S" if it feeds only spatial iterators,
     "R" if it feeds a reduction iterator, "O" otherwise (unused by the block).
 
     A unit loop that the bindings no longer mention counts as "S": TVM simplifies such loops away
     depending on tile sizes, and kinds must not depend on decisions."""
-    rv = sch.get_sblock(name)
-    loops = sch.get_loops(rv)
-    realize = sch.get_sref(rv).stmt
-    # The binding values live on the SBlockRealize; find it by walking the innermost loop.
-    bindings: list[tuple[int, set[str]]] = []
-    inner = sch.get(loops[-1]) if loops else sch.mod["main"].body
-
-    def on_realize(r: s_tir.SBlockRealize) -> None:
-        if r.block.same_as(realize):
-            for iv, val in zip(r.block.iter_vars, r.iter_values, strict=True):
-                bindings.append((int(iv.iter_type), _vars_in(val)))
-
-    tvm_ffi.structural_walk(inner, [(s_tir.SBlockRealize, on_realize)], order="pre")
+    loops = sch.get_loops(sch.get_sblock(name))
+    bindings = [(t, vs) for _, t, vs in _bindings(sch, name)]
     kinds = []
     for loop_rv in loops:
         loop = sch.get(loop_rv)
@@ -193,3 +204,32 @@ def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
         else:
             kinds.append("O")
     return kinds
+
+
+def affine_terms(expr: object) -> tuple[int, dict[str, int]] | None:
+    """(constant, {var: coefficient}) of an integer affine expression, or None if it is not affine."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value), {}
+    if isinstance(expr, tirx.Var):
+        return 0, {expr.name: 1}
+    if isinstance(expr, tirx.Cast):
+        return affine_terms(expr.value)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = affine_terms(expr.a), affine_terms(expr.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if isinstance(expr, tirx.Add) else -1
+        coeffs = dict(a[1])
+        for k, v in b[1].items():
+            coeffs[k] = coeffs.get(k, 0) + sign * v
+        return a[0] + sign * b[0], coeffs
+    if isinstance(expr, tirx.Mul):
+        a, b = affine_terms(expr.a), affine_terms(expr.b)
+        if a is None or b is None:
+            return None
+        if not a[1]:
+            a, b = b, a
+        if b[1]:
+            return None
+        return a[0] * b[0], {k: v * b[0] for k, v in a[1].items()}
+    return None

@@ -134,13 +134,19 @@ class AddCrossThreadReduction(SketchRule):
 
 
 class AddRFactor(SketchRule):
+    """CPU: factor a long reduction. A tiled block only when its spatial loops leave cores idle (space
+    smaller than the reduction and than cores x jobs per core); any other reduction when it is long."""
+
     name = "rfactor"
 
     def condition(self, state, info, ctx):
         cfg = ctx.config
-        ok = (not ctx.gpu and info.is_reduction and info.reduce_extent >= cfg.rfactor_min_reduce
-              and info.space_extent < ctx.spec.cores * cfg.rfactor_space_per_core)
-        return Verdict.APPLY if ok else Verdict.PASS
+        if ctx.gpu or not info.is_reduction or info.reduce_extent < cfg.rfactor_min_reduce:
+            return Verdict.PASS
+        if info.has_data_reuse():
+            small = info.space_extent < min(info.reduce_extent, ctx.spec.cores * cfg.rfactor_space_per_core)
+            return Verdict.APPLY if small else Verdict.PASS
+        return Verdict.APPLY
 
     def apply(self, state, info, ctx):
         m = ctx.config.max_innermost_factor
@@ -154,7 +160,8 @@ def _tile(info: BlockInfo, ctx: RuleContext, **kw) -> MultiLevelTile:
             info.name, cfg.gpu_structure, gpu=True, cache_write="local", shared_reads=True,
             fuse_level=cfg.gpu_fusion_level, max_innermost=cfg.max_innermost_factor,
             max_threads=ctx.spec.max_threads_per_block, min_threads=cfg.min_threads_per_block,
-            max_vthread=cfg.max_vthread, fetch_vector=cfg.fetch_vector, **kw,
+            max_vthread=cfg.max_vthread, fetch_vector=cfg.fetch_vector,
+            max_shared_bytes=ctx.spec.smem_per_block, **kw,
         )
     return MultiLevelTile(info.name, cfg.cpu_structure, max_innermost=cfg.max_innermost_factor, **kw)
 
@@ -215,7 +222,7 @@ class RandomComputeLocation(SketchRule):
         return Verdict.APPLY_AND_SKIP_REST if ok else Verdict.PASS
 
     def apply(self, state, info, ctx):
-        return [state.then(ComputeLocation(info.name, info.consumers[0]), self.name)]
+        return [state.then(ComputeLocation(info.name, info.consumers[0], ctx.gpu), self.name)]
 
 
 class Skip(SketchRule):

@@ -67,6 +67,46 @@ class ProductLimit:
     def holds(self, decisions: dict[str, Decision]) -> bool:
         return self.low <= self.value(decisions) <= self.high
 
+    @property
+    def keys(self) -> set[str]:
+        return {k for k, _ in self.factors}
+
+
+@dataclass(frozen=True)
+class FootprintLimit:
+    """Constraint on decisions: bytes of the tiles staged in (GPU shared) memory stay within `high`.
+
+    Each buffer is (element bytes, dims); a dim is (constant, terms) and its extent is constant + sum of
+    coefficient x (product of the tile factors (hole key, part indices) - 1), the affine range of the
+    index over one tile.
+    """
+
+    name: str
+    buffers: tuple[tuple[int, tuple[tuple[int, tuple[tuple[str, tuple[int, ...], int], ...]], ...]], ...]
+    high: int
+
+    def value(self, decisions: dict[str, Decision]) -> int:
+        total = 0
+        for nbytes, dims in self.buffers:
+            size = nbytes
+            for const, terms in dims:
+                extent = const
+                for key, parts, coef in terms:
+                    tile = 1
+                    for p in parts:
+                        tile *= int(decisions[key][p])
+                    extent += coef * (tile - 1)
+                size *= extent
+            total += size
+        return total
+
+    def holds(self, decisions: dict[str, Decision]) -> bool:
+        return self.value(decisions) <= self.high
+
+    @property
+    def keys(self) -> set[str]:
+        return {k for _, dims in self.buffers for _, terms in dims for k, _, _ in terms}
+
 
 class Decider(abc.ABC):
     """Supplies values for holes while a sketch is applied (probe, replay)."""
@@ -74,7 +114,7 @@ class Decider(abc.ABC):
     @abc.abstractmethod
     def decide(self, hole: Hole) -> Decision: ...
 
-    def constrain(self, limit: ProductLimit) -> None:
+    def constrain(self, limit: ProductLimit | FootprintLimit) -> None:
         """Record a constraint on decisions (only the probe keeps them)."""
 
 
@@ -83,7 +123,7 @@ class ProbeDecider(Decider):
 
     def __init__(self) -> None:
         self.holes: list[Hole] = []
-        self.limits: list[ProductLimit] = []
+        self.limits: list[ProductLimit | FootprintLimit] = []
 
     def copy(self) -> ProbeDecider:
         other = ProbeDecider()
@@ -99,7 +139,7 @@ class ProbeDecider(Decider):
             return (hole.extent,) + (1,) * (hole.parts - 1)
         return 0
 
-    def constrain(self, limit: ProductLimit) -> None:
+    def constrain(self, limit: ProductLimit | FootprintLimit) -> None:
         self.limits.append(limit)
 
 
@@ -148,7 +188,7 @@ class Sketch:
     name: str
     steps: tuple[Step, ...]
     holes: tuple[Hole, ...] = ()
-    limits: tuple[ProductLimit, ...] = ()
+    limits: tuple[ProductLimit | FootprintLimit, ...] = ()
     rules: tuple[str, ...] = field(default=(), compare=False)
 
     def hole(self, key: str) -> Hole:

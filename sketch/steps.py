@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from .analysis import loop_iter_kinds
-from .sketch import TILE, Decider, Hole, ProductLimit, Step
+import tvm
+
+from .analysis import affine_terms, iter_var_loops, loop_iter_kinds
+from .sketch import TILE, Decider, FootprintLimit, Hole, ProductLimit, Step
 
 UNROLL_KEY = "pragma_auto_unroll_max_step"
 
@@ -64,6 +66,7 @@ class MultiLevelTile(Step):
     min_threads: int = 1
     max_vthread: int = 8
     fetch_vector: tuple[int, ...] = (1, 2, 4)
+    max_shared_bytes: int = 48 * 1024
 
     def describe(self) -> str:
         extra = []
@@ -87,6 +90,8 @@ class MultiLevelTile(Step):
         loops = sch.get_loops(block)
         kinds = loop_iter_kinds(sch, self.block)
         n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        if self.gpu and self.shared_reads:
+            decider.constrain(self._shared_footprint(sch, loops, kinds, n_s, n_r))
         s_tiles: list[list[s_tir.LoopRV]] = []
         r_tiles: list[list[s_tir.LoopRV]] = []
         s_keys: list[str] = []
@@ -119,6 +124,32 @@ class MultiLevelTile(Step):
         if consumer is not None and self.fuse_level > 0:
             sch.reverse_compute_at(sch.get_sblock(consumer), levels[self.fuse_level - 1][-1],
                                    preserve_unit_loops=True)
+
+    def _shared_footprint(self, sch: s_tir.Schedule, loops: list[s_tir.LoopRV], kinds: list[str], n_s: int,
+                          n_r: int) -> FootprintLimit:
+        """Bytes of the shared-memory tiles of all inputs as a function of the tile sizes (inside R0)."""
+        loop_of = {}  # block iterator -> (hole key, the tile parts that lie inside one shared-memory stage)
+        bindings = iter_var_loops(sch, self.block)
+        for idx, (lp, kind) in enumerate(zip(loops, kinds, strict=True)):
+            var = sch.get(lp).loop_var.name
+            key = f"{self.block}/{'R' if kind == 'R' else 'S'}{idx}"
+            parts = tuple(range(1, n_r if kind == "R" else n_s))
+            for iv, used in bindings.items():
+                if used == {var}:
+                    loop_of[iv] = (key, parts)
+        buffers = []
+        for region in sch.get(sch.get_sblock(self.block)).reads:
+            ty = region.source.ty
+            dims = []
+            for rng, full in zip(region.region, ty.shape, strict=True):
+                terms = affine_terms(rng.min)
+                extent = affine_terms(rng.extent)
+                if terms is None or extent is None or extent[1] or any(v not in loop_of for v in terms[1]):
+                    dims.append((int(full), ()))
+                    continue
+                dims.append((extent[0], tuple((*loop_of[v], abs(c)) for v, c in terms[1].items() if c)))
+            buffers.append((max(1, tvm.DataType(ty.dtype).bits // 8), tuple(dims)))
+        return FootprintLimit("shared_memory", tuple(buffers), self.max_shared_bytes)
 
     def _bind_gpu(self, sch: s_tir.Schedule, decider: Decider, levels: list[list[s_tir.LoopRV]],
                   s_keys: list[str], consumer: str | None, r_outer: s_tir.LoopRV | None) -> None:
@@ -210,6 +241,7 @@ class ComputeLocation(Step):
 
     block: str
     consumer: str
+    gpu: bool = False
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         loops = sch.get_loops(sch.get_sblock(self.consumer))
@@ -222,4 +254,7 @@ class ComputeLocation(Step):
         options = tuple(range(-1, len(candidates)))
         where = choose(sch, decider, f"{self.block}/at", "compute_loc", options)
         if where >= 0:
-            sch.compute_at(sch.get_sblock(self.block), candidates[where], preserve_unit_loops=True)
+            block = sch.get_sblock(self.block)
+            sch.compute_at(block, candidates[where], preserve_unit_loops=True)
+            if self.gpu:  # the attach loop ends up inside the consumer's threads: a per-thread buffer
+                sch.set_scope(block, 0, "local")

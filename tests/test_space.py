@@ -1,0 +1,195 @@
+"""The search space: sketches by rules, random candidates that build and compute the right thing."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import s_tir, te, tirx
+
+import drytune as dt
+from drytune import workloads
+from drytune.annotate.encode import decode, dimension, encode
+from drytune.annotate.mutate import mutate
+from drytune.records import RecordStore, candidate_from_trace
+from drytune.sketch.rules import Skip, SketchRule, Verdict
+from drytune.sketch.steps import Inline
+from drytune.verify import check_candidate
+
+SMALL = sorted(workloads.SMALL)
+
+
+def _task(name: str, target: str = "llvm") -> dt.Task:
+    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_cpu_candidates_build_and_match_unscheduled(name: str) -> None:
+    task = _task(name)
+    space = dt.SearchSpace(task)
+    assert 1 <= len(space.sketches) < 10
+    reference = None
+    from drytune.verify import random_inputs, run_module
+
+    reference = run_module(task.mod, task, random_inputs(task))
+    for cand in space.sample(4, seed=7):
+        result = check_candidate(task, cand, reference=reference)
+        assert result.ok, (cand, result)
+
+
+_CTYPE_BYTES = {"float": 4, "half": 2, "double": 8, "int": 4, "signed char": 1}
+
+
+def _shared_bytes(cuda_source: str) -> int:
+    """Bytes of all `__shared__` arrays declared in generated CUDA C."""
+    total = 0
+    for ctype, count in re.findall(r"__shared__\s+(?:alignas\(\d+\)\s+)?([a-z ]+?)\s+\w+\[(\d+)\]", cuda_source):
+        total += _CTYPE_BYTES[ctype.strip()] * int(count)
+    return total
+
+
+def _thread_extents(mod: tvm.IRModule) -> tuple[int, int]:
+    threads, shared = collections.Counter(), 0
+    loops: list[tuple[str, int]] = []
+
+    def on_for(f: tirx.For) -> None:
+        if f.thread_binding is not None:
+            loops.append((str(f.thread_binding.thread_tag), int(f.extent)))
+
+    def on_block(b: s_tir.SBlock) -> None:
+        nonlocal shared
+        for buf in b.alloc_buffers:
+            if buf.scope() == "shared":
+                n = 1
+                for s in buf.shape:
+                    n *= int(s)
+                shared += n * tvm.DataType(buf.dtype).bits // 8
+
+    tvm_ffi.structural_walk(mod["main"], [(tirx.For, on_for), (s_tir.SBlock, on_block)], order="pre")
+    per_tag: dict[str, int] = {}
+    for tag, ext in loops:
+        per_tag[tag] = max(per_tag.get(tag, 1), ext)
+    for tag in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
+        threads[tag] = per_tag.get(tag, 1)
+    return threads["threadIdx.x"] * threads["threadIdx.y"] * threads["threadIdx.z"], shared
+
+
+@pytest.mark.parametrize("name", ["gemm", "conv2d_nchw", "softmax", "depthwise_conv2d", "norm2", "dense_bias_gelu"])
+def test_cuda_candidates_respect_spec_limits(name: str) -> None:
+    task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "cuda-sm90", name=name)
+    space = dt.SearchSpace(task)
+    assert 1 <= len(space.sketches) < 10
+    for cand in space.sample(6, seed=3):
+        mod = cand.to_mod()
+        threads, _ = _thread_extents(mod)
+        assert threads <= task.spec.max_threads_per_block
+        built = tvm.compile(mod, target=task.target)  # lowers, verifies and generates CUDA C
+        source = built.mod.imports[0].inspect_source("cuda")
+        assert _shared_bytes(source) <= task.spec.smem_per_block
+
+
+def test_encode_decode_round_trip_and_any_vector_decodes() -> None:
+    rng = np.random.default_rng(0)
+    for name in ("gemm", "conv2d_bias_relu", "softmax", "norm2"):
+        space = dt.SearchSpace(_task(name))
+        for cand in space.sample(10, seed=1):
+            vec = encode(cand.sketch, cand.decisions)
+            assert vec.shape == (dimension(cand.sketch),)
+            assert decode(cand.sketch, vec) == {k: (tuple(v) if isinstance(v, tuple) else v)
+                                                 for k, v in cand.decisions.items()}
+        for sketch in space.sketches:
+            decisions = decode(sketch, rng.uniform(-0.5, 1.5, size=dimension(sketch)))
+            dt.Candidate(space.task, sketch, decisions).to_mod()  # replays without error
+
+
+def test_mutations_always_replay() -> None:
+    rng = np.random.default_rng(1)
+    kinds = collections.Counter()
+    for name in ("gemm", "conv2d_nchw", "avg_pool2d", "layer_norm", "norm2"):
+        space = dt.SearchSpace(_task(name))
+        for cand in space.sample(8, seed=2):
+            new = mutate(cand.sketch, cand.decisions, rng)
+            if new is None:
+                continue
+            changed = [k for k in new if new[k] != cand.decisions[k]]
+            assert len(changed) == 1
+            kinds[cand.sketch.hole(changed[0]).kind] += 1
+            dt.Candidate(space.task, cand.sketch, new).to_mod()
+    assert kinds["tile"] > 0
+
+
+def test_records_round_trip_to_same_program(tmp_path) -> None:
+    for target in ("llvm", "cuda-sm90"):
+        task = dt.Task.from_prim_func(workloads.small("conv2d_bias_relu").prim_func(), target, name="cbr")
+        space = dt.SearchSpace(task)
+        cands = space.sample(4, seed=5)
+        store = RecordStore(str(tmp_path / target))
+        for i, c in enumerate(cands):
+            store.add(c, 1e-3 * (i + 1))
+        records = RecordStore(str(tmp_path / target)).records(task)
+        assert [r.seconds for r in records] == pytest.approx([1e-3, 2e-3, 3e-3, 4e-3])
+        for rec, cand in zip(records, cands, strict=True):
+            assert tvm_ffi.structural_equal(rec.to_schedule().mod, cand.to_mod())
+            assert candidate_from_trace(task, space.sketches, rec.trace) == cand
+
+
+def test_corrupt_records_file_gets_clear_error(tmp_path) -> None:
+    (tmp_path / "database_tuning_record.json").write_text('[0, [[["GetSBlock"\n')
+    with pytest.raises(ValueError, match="corrupt"):
+        RecordStore(str(tmp_path))
+
+
+def test_dynamic_shape_is_rejected_clearly() -> None:
+    n = te.var("n")
+    A = te.placeholder((n, 16), name="A")
+    B = te.compute((n, 16), lambda i, j: A[i, j] * 2.0, name="B")
+    with pytest.raises(dt.UnsupportedProgramError, match="dynamic shapes are not supported"):
+        dt.Task.from_te([A, B], "llvm")
+
+
+def test_elementwise_gets_parallel_and_vectorized_sketch() -> None:
+    A = te.placeholder((64, 256), name="A")
+    B = te.compute((64, 256), lambda i, j: te.exp(A[i, j]) + 1.0, name="B")
+    task = dt.Task.from_te([A, B], "llvm", name="ew")
+    space = dt.SearchSpace(task)
+    assert len(space.sketches) == 1
+    kinds = {h.kind for h in space.sketches[0].holes}
+    assert {"parallel", "vectorize", "unroll"} <= kinds
+    mod = space.sample(1, seed=0)[0].to_mod()
+    found: list[str] = []
+    tvm_ffi.structural_walk(mod, [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))], order="pre")
+    assert "PARALLEL" in found and "VECTORIZED" in found
+
+
+class InlineEverythingSpatial(SketchRule):
+    """A user rule: inline any spatial non-output block, even one the default rules would keep."""
+
+    name = "user-inline"
+
+    def condition(self, state, info, ctx):
+        return Verdict.APPLY_AND_SKIP_REST if info.name == "bias_add" else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(Inline(info.name), self.name)]
+
+
+def test_user_rule_is_applied() -> None:
+    task = _task("conv2d_bias_relu")
+    rules = [InlineEverythingSpatial(), *dt.default_rules()]
+    space = dt.SearchSpace(task, rules=rules)
+    assert all(any(r.startswith("user-inline") for r in s.rules) for s in space.sketches)
+    only_skip = dt.SearchSpace(task, rules=[Skip()])
+    assert all(not s.rules[:-1] for s in only_skip.sketches)
+
+
+def test_short_target_names_resolve() -> None:
+    for name in ("llvm", "x86-avx512", "x86-avx2", "aarch64", "cuda-sm80", "cuda-sm90"):
+        target, spec = dt.resolve_target(name)
+        assert spec.is_gpu == (target.kind.name == "cuda")
+        assert spec.cores >= 1 and spec.vector_bits >= 128
+    with pytest.raises(ValueError, match="unknown target name"):
+        dt.resolve_target("tpu")
