@@ -203,7 +203,10 @@ class FootprintCounter:
     def _isl_count(self, layout: LineLayout, accs: frozenset[SpecAccess], ext: dict[str, int]) -> int:
         self._ctx.reset_operations()
         text = isl_footprint_text(layout, accs, ext)
-        return int(isl.Set.read_from_str(self._ctx, text).count_val().to_python())
+        val = isl.Set.read_from_str(self._ctx, text).count_val()
+        if val is None or not val.is_int():  # the operation limit may surface only here
+            raise isl.Error("maximal number of operations exceeded (count_val gave no integer)")
+        return int(val.to_python())
 
 
 _default_counters: dict[DataMoveConfig, FootprintCounter] = {}
@@ -298,8 +301,9 @@ def isl_footprint_text(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapp
     outs = [f"o{d}" for d in range(layout.k)] + ["l"]
     disjuncts = []
     for idx, conds in accs:
-        exist = [names[v] for v in sorted(ext)]
-        cons = [f"0 <= {names[v]} <= {ext[v] - 1}" for v in sorted(ext)]
+        used = sorted({v for e in (*idx, *conds) for v in e.loop_vars()})
+        exist = [names[v] for v in used]
+        cons = [f"0 <= {names[v]} <= {ext[v] - 1}" for v in used]
         dims: list[str] = []
         for d, e in enumerate(idx):
             if e.is_opaque:  # conservative: any value of the (clipped) range

@@ -183,6 +183,19 @@ class IndexExpr:
                 d[t2] = d.get(t2, 0) + c * c2
         return IndexExpr.from_terms(d, const)
 
+    def substitute(self, mapping: Mapping[str, IndexExpr], extents: Mapping[str, int]) -> IndexExpr:
+        """Replace loop variables by expressions (variables of the result range over `extents`)."""
+        if self.bounds is not None:
+            vars_ = frozenset().union(*(mapping[v].loop_vars() if v in mapping else {v} for v in self.opaque_vars))
+            return IndexExpr.make_opaque(self.bounds, vars_)
+        out = IndexExpr.constant(self.const)
+        for t, c in self.terms:
+            if isinstance(t, str):
+                out = out.add(mapping.get(t) or IndexExpr.var(t), c)
+            else:
+                out = out.add(make_divmod(t.op, t.arg.substitute(mapping, extents), t.divisor, extents), c)
+        return out
+
     def evaluate(self, values: Mapping[str, int]) -> int:
         """Value at a point (used by tests and the box estimate); opaque expressions are not evaluable."""
         if self.bounds is not None:
