@@ -63,6 +63,8 @@ class Instruction:
     target: str | None  # branch target label or symbol
     symbols: tuple[str, ...]  # symbols referenced by non-branch operands (lea/adrp of a function)
     text: str
+    addr_reads: frozenset[str] = frozenset()  # registers read to form the memory address
+    writeback: bool = False  # the address base register is updated (pre/post-index, push/pop)
 
     @property
     def is_branch(self) -> bool:
@@ -436,8 +438,11 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
         reads.update(("rax", "rdx"))
         writes.update(("rax", "rdx"))
     del broadcast_mem
+    addr = frozenset(r for p in parsed for r in p.addr_regs)
+    if base in ("push", "pop"):
+        addr = frozenset(("rsp",))
     return Instruction(mn, ops, frozenset(reads), frozenset(writes), iclass, width, mem_read, mem_write,
-                       mem_base, target, tuple(symbols), text)
+                       mem_base, target, tuple(symbols), text, addr, base in ("push", "pop"))
 
 
 def _is_x86_write_only(mn: str, base: str, nops: int) -> bool:
@@ -598,21 +603,25 @@ def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
     is_load = base_mn.startswith("ld") and mem_idx is not None
     is_store = base_mn.startswith("st") and mem_idx is not None
     mem_base = None
+    addr_reads: set[str] = set()
+    writeback = False
     if mem_idx is not None:
         addr = _a64_regs_in(ops[mem_idx])
         for r in addr:
             if r.canon:
                 reads.add(r.canon)
+                addr_reads.add(r.canon)
         base_reg = addr[0].canon if addr else None
         sym = re.search(r":([A-Za-z_.$][\w.$]*)", ops[mem_idx])
         mem_base = base_reg if base_reg else (sym.group(1) if sym else None)
-        writeback = ops[mem_idx].endswith("!") or mem_idx < len(ops) - 1
+        writeback = bool(base_reg) and (ops[mem_idx].endswith("!") or mem_idx < len(ops) - 1)
         if writeback and base_reg:
             writes.add(base_reg)
         for o in ops[mem_idx + 1:]:
             for r in _a64_regs_in(o):
                 if r.canon:
                     reads.add(r.canon)
+                    addr_reads.add(r.canon)
     for o in ops:
         for s in re.findall(r"(?:^|:)([A-Za-z_.$][\w.$]*)$", o):
             if _a64_reg(s) is None and not re.match(r"^(lsl|lsr|asr|ror|[su]xt[bhwx]|msl)$", s) \
@@ -643,7 +652,7 @@ def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
         else:
             iclass, width = SCALAR_LOAD, 0
         return Instruction(mn, ops, frozenset(reads), frozenset(writes), iclass, width, True, False, mem_base,
-                           None, tuple(symbols), text)
+                           None, tuple(symbols), text, frozenset(addr_reads), writeback)
     if is_store:
         for r in flat:
             if r.canon:
@@ -656,7 +665,7 @@ def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
         else:
             iclass, width = SCALAR_STORE, 0
         return Instruction(mn, ops, frozenset(reads), frozenset(writes), iclass, width, False, True, mem_base,
-                           None, tuple(symbols), text)
+                           None, tuple(symbols), text, frozenset(addr_reads), writeback)
 
     no_dest = base_mn in _A64_NO_DEST
     for i, r in enumerate(flat):
@@ -1163,14 +1172,21 @@ def _compare_of(f: AsmFunction, li: int) -> tuple[str, str, int, object, bool] |
     negate = False
     if not (latch.is_branch and latch.target in f.labels and f.labels[latch.target] == lp.header
             and not _ends_flow(latch, arch)):
-        # unconditional back edge: the loop is left by a single conditional exit
-        exits = [i for k in sorted(lp.blocks) for i in (f.blocks[k].end - 1,)
-                 if f.instructions[i].is_branch and f.instructions[i].target in f.labels
-                 and not _ends_flow(f.instructions[i], arch)
-                 and f.block_index(f.labels[f.instructions[i].target]) not in lp.blocks]
+        # unconditional back edge: the loop is left by a single conditional exit, taken (jump out) or not
+        # taken (fall out of the loop)
+        exits = []
+        for k in sorted(lp.blocks):
+            i = f.blocks[k].end - 1
+            inst = f.instructions[i]
+            if not inst.is_branch or _ends_flow(inst, arch) or inst.target not in f.labels:
+                continue
+            target_in = f.block_index(f.labels[inst.target]) in lp.blocks
+            fall_in = k + 1 in lp.blocks
+            if target_in != fall_in:
+                exits.append((i, not target_in))
         if len(exits) != 1:
             return None
-        branch_idx, negate = exits[0], True
+        branch_idx, negate = exits[0]
         latch = f.instructions[branch_idx]
     bottom = f.block_index(branch_idx) != header_block or len(lp.blocks) == 1
     mn = latch.mnemonic
@@ -1728,6 +1744,7 @@ class BlockExec:
     function: str
     block: BasicBlock
     executions: int
+    loop_body: bool = False  # the block is the whole body of its innermost loop
 
 
 @dataclass
@@ -1794,7 +1811,8 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
                 for li in loops:
                     whole *= mapping.trip(fname, li)
                 n = n // whole * times
-            blocks.append(BlockExec(fname, b, n))
+            body = inner is not None and f.loops[inner].blocks == frozenset((k,))
+            blocks.append(BlockExec(fname, b, n, body))
             for inst in b.instructions:
                 by_class[inst.iclass] += n
                 key = (inst.iclass, inst.width)

@@ -29,7 +29,7 @@ import islpy as isl
 import numpy as np
 
 from ..target import HardwareSpec
-from .looptree import Access, IndexExpr, LoopNode, LoopTree, StmtLeaf
+from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf
 
 __all__ = [
     "DataMoveConfig",
@@ -189,7 +189,8 @@ class FootprintCounter:
         if engine == "box":
             return _box_count(layout, accs, ext), "box", ""
         if engine == "auto" and not opaque:
-            got = _closed_form(layout, accs, ext, self.config.max_enum_values)
+            cover = _covering_box(list(accs), ext) if len(accs) > 1 else None
+            got = _closed_form(layout, frozenset([cover]) if cover else accs, ext, self.config.max_enum_values)
             if got is not None:
                 return got, "closed_form", ""
         try:
@@ -275,6 +276,64 @@ def _closed_form(
             return None
         total *= n
     return total
+
+
+def canonical_access(
+    idx: tuple[IndexExpr, ...], conds: tuple[IndexExpr, ...], ext: Mapping[str, int]
+) -> tuple[SpecAccess, dict[str, int]]:
+    """Rename the loop variables of one affine access by (extent, coefficient pattern).
+
+    Accesses with the same image then compare equal whatever their loop names, which dedups unions
+    (init/update/copy of one tile) and lets the cache serve other schedules. Each access's image is a
+    projection of its own iteration domain, so renaming accesses independently is exact.
+    """
+    exprs = (*idx, *conds)
+    if not all(e.affine for e in exprs):
+        return (idx, conds), {v: ext[v] for e in exprs for v in e.loop_vars()}
+    coefs = [e.coeffs for e in exprs]
+    used = {v for c in coefs for v in c}
+    sig = {v: (ext[v], tuple(c.get(v, 0) for c in coefs)) for v in used}
+    names = {v: f"e{sig[v][0]}_{i}" for i, v in enumerate(sorted(used, key=lambda v: sig[v]))}
+    ren = tuple(
+        IndexExpr.from_terms({names[v]: k for v, k in c.items()}, e.const) for c, e in zip(coefs, exprs, strict=True)
+    )
+    return (ren[: len(idx)], ren[len(idx) :]), {names[v]: ext[v] for v in used}
+
+
+def _dense_interval(e: IndexExpr, ext: Mapping[str, int]) -> tuple[int, int] | None:
+    """[lo, hi] if the affine expression takes every integer value in its range over the box."""
+    base, span = e.const, 0
+    for c, n in sorted((abs(c), ext[v]) for v, c in e.terms if ext[v] > 1):
+        if c > span + 1:
+            return None
+        span += c * (n - 1)
+    base += sum(c * (ext[v] - 1) for v, c in e.terms if c < 0)
+    return base, base + span
+
+
+def _covering_box(accs: Sequence[SpecAccess], ext: Mapping[str, int]) -> SpecAccess | None:
+    """An access whose element set is a full box containing the per-dim hulls of all the others."""
+    hulls = []
+    for idx, _ in accs:
+        if not all(e.quasi_affine for e in idx):
+            return None
+        hulls.append([e.interval(ext) for e in idx])
+    for idx, conds in accs:
+        if conds or not all(e.affine for e in idx):
+            continue
+        seen: set[str] = set()
+        box = []
+        for e in idx:
+            vs = e.loop_vars()
+            iv = _dense_interval(e, ext)
+            if vs & seen or iv is None:
+                break
+            seen |= vs
+            box.append(iv)
+        else:
+            if all(all(b[0] <= h[0] and h[1] <= b[1] for b, h in zip(box, other, strict=True)) for other in hulls):
+                return idx, conds
+    return None
 
 
 # -- isl -------------------------------------------------------------------------------------------
@@ -419,46 +478,67 @@ class _Info:
     children: list[_Info]
 
 
+@dataclass(eq=False)
+class _AccRef:
+    """An access prepared for footprint queries (fused loop variables replaced by their digits)."""
+
+    buffer: str
+    indices: tuple[IndexExpr, ...]
+    conds: tuple[IndexExpr, ...]
+    path: tuple[str, ...]  # enclosing loop variables (fused loops: their digits), outermost first
+
+
 class _Analysis:
     """Footprint pass over the tree (independent of cache size)."""
 
     def __init__(self, tree: LoopTree, spec: HardwareSpec, counter: FootprintCounter) -> None:
         self.counter = counter
-        self.extents = tree.extents
         self.line_bytes = spec.line_bytes
         self.layouts: dict[str, LineLayout] = {}
-        self._spec_memo: dict[tuple[int, int], SpecAccess | None] = {}
+        self.extents = dict(tree.extents)
+        self.digits, self.subst = _fused_digits(tree, self.extents)
+        self._spec_memo: dict[tuple[int, int], tuple[SpecAccess, dict[str, int]] | None] = {}
         self._path: list[str] = []
 
-    def layout(self, a: Access) -> LineLayout:
-        lay = self.layouts.get(a.buffer)
-        if lay is None:
-            lay = self.layouts[a.buffer] = LineLayout.of(a.shape, a.dtype_bytes, self.line_bytes)
-        return lay
+    def _ref(self, a: Access, conds: tuple[IndexExpr, ...]) -> _AccRef:
+        if a.buffer not in self.layouts:
+            self.layouts[a.buffer] = LineLayout.of(a.shape, a.dtype_bytes, self.line_bytes)
+        idx, cs = a.indices, conds
+        if self.subst:
+            idx = tuple(e.substitute(self.subst, self.extents) for e in idx)
+            cs = tuple(c.substitute(self.subst, self.extents) for c in cs)
+        return _AccRef(a.buffer, idx, cs, tuple(self._path))
 
-    def _specialise(self, ref: _AccRef, depth: int) -> SpecAccess | None:
-        """The access with loops outside `path[depth:]` at their first iteration; None if guarded off."""
+    def _specialise(self, ref: _AccRef, depth: int) -> tuple[SpecAccess, dict[str, int]] | None:
+        """The access with loops outside `path[depth:]` at their first iteration, in canonical variables
+        (with their extents); None if its guards exclude that iteration."""
         key = (id(ref), depth)
         if key in self._spec_memo:
             return self._spec_memo[key]
         ext = {v: self.extents[v] for v in ref.path[depth:]}
         conds: list[IndexExpr] | None = []
         for c in ref.conds:
-            s = c.specialize(ext)
-            if not s.is_const:
-                conds.append(s)
-            elif s.const < 0:
+            sc = c.specialize(ext)
+            if not sc.is_const:
+                conds.append(sc)
+            elif sc.const < 0:
                 conds = None
                 break
-        got = None if conds is None else (tuple(e.specialize(ext) for e in ref.access.indices), tuple(conds))
+        got = None
+        if conds is not None:
+            got = canonical_access(tuple(e.specialize(ext) for e in ref.indices), tuple(conds), ext)
         self._spec_memo[key] = got
         return got
 
     def count(self, refs: dict[str, list[_AccRef]], depth: int) -> dict[str, int]:
         out = {}
         for buf, lst in refs.items():
-            accs = [a for a in (self._specialise(r, depth) for r in lst) if a is not None]
-            ext = {v: self.extents[v] for r in lst for v in r.path[depth:]}
+            accs, ext = [], {}
+            for r in lst:
+                got = self._specialise(r, depth)
+                if got is not None:
+                    accs.append(got[0])
+                    ext.update(got[1])
             out[buf] = self.counter.count(self.layouts[buf], accs, ext)
         return out
 
@@ -467,19 +547,24 @@ class _Analysis:
         if not node.is_loop:
             refs: dict[str, list[_AccRef]] = {}
             for a in node.accesses:
-                if _on_chip(a.scope):
-                    continue
-                self.layout(a)
-                refs.setdefault(a.buffer, []).append(_AccRef(a, node.conditions, tuple(self._path)))
+                if not _on_chip(a.scope):
+                    refs.setdefault(a.buffer, []).append(self._ref(a, node.conditions))
             _merge(refs_out, refs)
             fp = self.count(refs, depth)
             return _Info(node.block, depth, 1, fp, fp, [])
-        self._path.append(node.var)
+        # A fused loop is analysed as the nest of its digits (outermost first), like the unfused loops.
+        levels = tuple(reversed(self.digits.get(node.var, (node.var,))))
+        self._path.extend(levels)
         refs = {}
         children = [self.visit(c, refs) for c in node.children]
-        self._path.pop()
+        del self._path[depth:]
         _merge(refs_out, refs)
-        return _Info(node.var, depth, node.extent, self.count(refs, depth), self.count(refs, depth + 1), children)
+        for lvl in range(len(levels) - 1, -1, -1):
+            d = depth + lvl
+            v = levels[lvl]
+            info = _Info(v, d, self.extents[v], self.count(refs, d), self.count(refs, d + 1), children)
+            children = [info]
+        return info
 
     def root(self, tree: LoopTree) -> _Info:
         refs: dict[str, list[_AccRef]] = {}
@@ -488,11 +573,61 @@ class _Analysis:
         return _Info("<root>", -1, 1, fp, fp, children)
 
 
-@dataclass(eq=False)
-class _AccRef:
-    access: Access
-    conds: tuple[IndexExpr, ...]
-    path: tuple[str, ...]  # enclosing loop variables, outermost first
+def _fused_digits(
+    tree: LoopTree, extents: dict[str, int]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
+    """Mixed-radix digits of fused loops, so that floordiv/floormod of a fused variable become affine.
+
+    A loop variable f used only as f, floordiv(f, c) or floormod(f, c) (possibly nested) with cut points
+    forming a divisibility chain up to its extent is rewritten f = sum_j digit_j * cut_j; `extents` gets
+    the digit extents. Returns (loop var -> digit names, loop var -> expression over digits).
+    """
+    cuts: dict[str, set[int]] = {}
+    bad: set[str] = set()
+
+    def root(e: IndexExpr) -> tuple[str, int] | None:
+        if e.const != 0 or len(e.terms) != 1 or e.terms[0][1] != 1:
+            return None
+        t = e.terms[0][0]
+        if isinstance(t, str):
+            return t, 1
+        got = root(t.arg)
+        if got is None:
+            return None
+        f, base = got
+        cuts.setdefault(f, set()).add(base * t.divisor)
+        return (f, base * t.divisor) if t.op == "floordiv" else (f, base)
+
+    def visit(e: IndexExpr) -> None:
+        for t, _ in e.terms:
+            if isinstance(t, DivMod) and root(IndexExpr(((t, 1),), 0)) is None:
+                bad.update(t.arg.loop_vars())
+
+    for st in tree.statements():
+        for c in st.conditions:
+            visit(c)
+        for a in st.accesses:
+            for e in a.indices:
+                visit(e)
+    digits: dict[str, tuple[str, ...]] = {}
+    subst: dict[str, IndexExpr] = {}
+    for f, cs in cuts.items():
+        extent = extents.get(f)
+        if f in bad or extent is None:
+            continue
+        chain = sorted(c for c in cs | {extent} if c > 1)
+        if not chain or chain[-1] != extent or any(b % a for a, b in zip(chain, chain[1:], strict=False)):
+            continue
+        names, terms, prev = [], {}, 1
+        for c in chain:
+            name = f"{f}@{prev}"
+            extents[name] = c // prev
+            names.append(name)
+            terms[name] = prev
+            prev = c
+        digits[f] = tuple(names)
+        subst[f] = IndexExpr.from_terms(terms, 0)
+    return digits, subst
 
 
 def _merge(into: dict[str, list[_AccRef]], refs: dict[str, list[_AccRef]]) -> None:

@@ -1,0 +1,94 @@
+"""Measured candidate sets: the data that calibration fits and the fidelity benchmark scores against.
+
+Rows are appended one per candidate to a JSON-lines file (resumable): operator, target, sketch name,
+decisions, every repeat time and the median. Candidates are rebuilt from (sketch name, decisions), so
+features can be recomputed with any version of the cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..annotate.candidate import Candidate
+from ..space import SearchSpace
+from ..task import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    op: str
+    target: str
+    sketch: str
+    decisions: dict
+    seconds: float
+    times: tuple[float, ...]
+    error: str | None = None
+
+    def candidate(self, space: SearchSpace) -> Candidate:
+        sketch = space.sketch(self.sketch)
+        decisions = {k: tuple(v) if isinstance(v, list) else v for k, v in self.decisions.items()}
+        return Candidate(space.task, sketch, decisions)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and np.isfinite(self.seconds)
+
+
+def read_rows(path: str) -> list[MeasuredRow]:
+    """All rows of a dataset file; broken lines (e.g. from a killed run) are skipped with a warning."""
+    rows: list[MeasuredRow] = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                rows.append(MeasuredRow(d["op"], d["target"], d["sketch"], d["decisions"], float(d["seconds"]),
+                                        tuple(d["times"]), d.get("error")))
+            except (json.JSONDecodeError, KeyError) as err:
+                log.warning("%s:%d skipped (%s)", path, lineno, err)
+    return rows
+
+
+def _append(path: str, row: MeasuredRow) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row.__dict__ | {"times": list(row.times)}) + "\n")
+
+
+def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
+            flush_cache: bool = False) -> Iterator[MeasuredRow]:
+    """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes."""
+    from ..measure import MeasureWorker, measure_modules
+
+    space = SearchSpace(task)
+    done = {(r.sketch, json.dumps(r.decisions, sort_keys=True)) for r in read_rows(path) if r.op == task.name}
+    cands = space.sample(n, seed=seed)
+    with MeasureWorker() as worker:
+        for cand in cands:
+            key = (cand.sketch.name, json.dumps({k: list(v) if isinstance(v, tuple) else v
+                                                  for k, v in cand.decisions.items()}, sort_keys=True))
+            if key in done:
+                continue
+            done.add(key)
+            try:
+                mod = cand.to_mod()
+            except Exception as err:  # noqa: BLE001 - recorded as a failed row
+                row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
+                                  float("inf"), (), f"replay: {err}")
+            else:
+                res = measure_modules([mod], task.target, number=1, repeat=repeat, min_repeat_ms=0,
+                                      timeout_s=timeout_s, flush_cache=flush_cache, worker=worker)[0]
+                row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
+                                  res.seconds, tuple(res.times), res.error)
+            _append(path, row)
+            yield row

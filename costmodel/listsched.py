@@ -1,0 +1,300 @@
+"""Instruction-level parallelism feature (Tuna, section III-A.3): a small out-of-order list scheduler.
+
+Each basic block is scheduled on its own: instructions are dispatched in order at most `issue_width` per
+cycle into a bounded reorder window, start when their operands are ready (true dependences through
+registers and, conservatively, through memory with the same base register), never before an earlier
+instruction they have a false dependence (WAR, WAW) with, and occupy a pipe of their class for
+`rthroughput * pipes` cycles. The cycles to finish the block, times its executions, summed over blocks, is
+the ILP cost of the program.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from drytune.costmodel.asm import (
+    BROADCAST,
+    CLASSES,
+    SCALAR_LOAD,
+    SHUFFLE,
+    VEC_LOAD,
+    BlockExec,
+    Instruction,
+    InstructionCounts,
+)
+from drytune.target import HardwareSpec
+
+TABLE_DIR = Path(__file__).with_name("tables")
+_TABLE_FILES = {"x86": "x86.json", "aarch64": "aarch64.json"}
+
+
+class TableError(ValueError):
+    """A latency table is missing, malformed, or lacks a class the scheduler needs."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How one instruction executes: result latency, pipe pool, cycles it holds one pipe."""
+
+    latency: int
+    resource: str
+    occupancy: int
+
+
+@dataclass(frozen=True)
+class SchedConfig:
+    """Knobs of the list scheduler."""
+
+    window: int | None = None  # reorder window in instructions; None: the profile's ROB size
+    max_block_instructions: int = 256  # longer blocks: schedule this many, scale by length
+    false_dependences: bool = True  # WAR/WAW order starts, as Tuna does (no renaming)
+    memory_dependences: bool = True  # loads/stores through the same base register are ordered
+    steady_state: bool = False  # for a block that is a whole loop body, cycles per iteration in steady state
+    steady_state_copies: int = 4  # copies scheduled back to back to measure the steady state
+
+
+class LatencyTable:
+    """One micro-architecture profile of a table file, resolving instructions to `Timing`s."""
+
+    def __init__(self, arch: str, profile: str, data: dict, source: str) -> None:
+        self.arch, self.profile, self.source = arch, profile, source
+        try:
+            self.rob = int(data["rob"])
+            self.store_forward = int(data["store_forward"])
+            self.resources = {str(k): int(v) for k, v in data["resources"].items()}
+            self._classes = {c: self._timing(data["classes"][c]) for c in CLASSES}
+            self._folded = {int(w): self._timing(v) for w, v in data.get("folded_load", {}).items()}
+            self._widths = {int(w): {c: self._timing(v) for c, v in per.items()}
+                            for w, per in data.get("widths", {}).items()}
+            self._mnemonics = [self._mnemonic_entry(e) for e in data.get("mnemonics", [])]
+        except (KeyError, TypeError, ValueError, re.error) as e:
+            raise TableError(f"{source}: profile {profile!r} is malformed: {e!r}") from e
+        if 0 not in self._folded:
+            raise TableError(f"{source}: profile {profile!r} needs a folded_load entry for width 0")
+        self._cache: dict[tuple[str, str, int, bool], tuple[Timing, Timing | None]] = {}
+
+    def _timing(self, entry: dict) -> Timing:
+        res = str(entry["resource"])
+        if res not in self.resources:
+            raise TableError(f"unknown resource {res!r}")
+        occupancy = max(1, round(float(entry["rthroughput"]) * self.resources[res]))
+        return Timing(int(entry["latency"]), res, occupancy)
+
+    def _mnemonic_entry(self, e: dict) -> tuple[re.Pattern, frozenset[str] | None, Timing | None, dict[int, Timing]]:
+        default = self._timing(e) if "latency" in e else None
+        per_width = {int(k): self._timing(v) for k, v in e.items() if k.isdigit()}
+        classes = frozenset(e["classes"]) if "classes" in e else None
+        return re.compile(e["pattern"]), classes, default, per_width
+
+    def timing(self, inst: Instruction) -> tuple[Timing, Timing | None]:
+        """(timing of the instruction, timing of its folded load micro-op or None)."""
+        key = (inst.mnemonic, inst.iclass, inst.width, inst.mem_read)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        cls = inst.iclass
+        if cls == BROADCAST and not inst.mem_read:
+            cls = SHUFFLE  # register broadcast runs on a shuffle/ASIMD pipe, not a load port
+        t = self._widths.get(inst.width, {}).get(cls) or self._classes[cls]
+        for pattern, classes, default, per_width in self._mnemonics:
+            if pattern.search(inst.mnemonic) and (classes is None or inst.iclass in classes):
+                t = per_width.get(inst.width) or default or t
+                break
+        folded = None
+        if inst.folded_load:
+            folded = self._folded.get(inst.width) or self._folded[0]
+        self._cache[key] = (t, folded)
+        return t, folded
+
+
+@lru_cache(maxsize=16)
+def _read_table(arch: str) -> dict:
+    if arch not in _TABLE_FILES:
+        raise TableError(f"no latency table for architecture {arch!r}")
+    path = TABLE_DIR / _TABLE_FILES[arch]
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TableError(f"cannot read {path}: {e}") from e
+    if "_source" not in data or "profiles" not in data:
+        raise TableError(f"{path}: needs '_source' and 'profiles'")
+    return data
+
+
+@lru_cache(maxsize=16)
+def load_table(arch: str, profile: str | None = None) -> LatencyTable:
+    """The latency table of `arch` ("x86" or "aarch64") for `profile` (default: the file's default)."""
+    data = _read_table(arch)
+    name = profile or data["default_profile"]
+    if name not in data["profiles"]:
+        raise TableError(f"{arch} table has no profile {name!r}; have {sorted(data['profiles'])}")
+    return LatencyTable(arch, name, data["profiles"][name], str(TABLE_DIR / _TABLE_FILES[arch]))
+
+
+def profile_for(spec: HardwareSpec, cpu: str | None = None) -> str:
+    """Table profile of a target: by LLVM cpu name (`cpu`, `spec.extra['mcpu']`, or the `host-<cpu>`
+    name of the host spec) when the table maps it, else the table's default."""
+    data = _read_table(spec.arch)
+    names = [cpu, str(spec.extra.get("mcpu", "")) if spec.extra else "", spec.name.removeprefix("host-")]
+    for n in names:
+        if n and n in data.get("cpu_profiles", {}):
+            return data["cpu_profiles"][n]
+    return data["default_profile"]
+
+
+class ListScheduler:
+    """Per-block cycle estimates for one table and machine, cached per block text."""
+
+    def __init__(self, table: LatencyTable, spec: HardwareSpec, config: SchedConfig | None = None) -> None:
+        self.table, self.spec = table, spec
+        self.config = config or SchedConfig()
+        self.issue_width = max(1, int(spec.issue_width))
+        self.window = max(1, self.config.window or table.rob)
+        self._cache: dict[tuple[tuple[str, ...], bool], float] = {}
+
+    @classmethod
+    def for_spec(cls, spec: HardwareSpec, config: SchedConfig | None = None, cpu: str | None = None
+                 ) -> ListScheduler:
+        """Scheduler with the table profile matching `spec` (see `profile_for`)."""
+        return cls(load_table(spec.arch, profile_for(spec, cpu)), spec, config)
+
+    def block_cycles(self, instructions: Sequence[Instruction], loop_body: bool = False) -> float:
+        """Cycles for one execution of a basic block (steady-state per iteration for a whole loop body when
+        the config asks for it)."""
+        if not instructions:
+            return 0.0
+        steady = loop_body and self.config.steady_state
+        key = (tuple(i.text for i in instructions), steady)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        cap = self.config.max_block_instructions
+        insts = list(instructions[:cap])
+        scale = len(instructions) / len(insts)
+        if steady:
+            n = max(2, self.config.steady_state_copies)
+            one = self._schedule(insts)
+            many = self._schedule(insts * n)
+            cycles = max((many - one) / (n - 1), 1.0) * scale
+        else:
+            cycles = self._schedule(insts) * scale
+        self._cache[key] = cycles
+        return cycles
+
+    def _schedule(self, insts: Sequence[Instruction]) -> float:
+        """Greedy in-order dispatch, out-of-order start list schedule; returns the finish of the last one."""
+        cfg = self.config
+        table = self.table
+        width, window = self.issue_width, self.window
+        busy: dict[str, dict[int, int]] = {r: {} for r in table.resources}
+        units = table.resources
+        reg_ready: dict[str, int] = {}
+        last_read: dict[str, int] = {}  # latest start of a reader since the last write (WAR)
+        last_write: dict[str, int] = {}  # start of the last writer (WAW)
+        store_ready: dict[object, int] = {}  # memory base -> when a stored value can be loaded
+        load_start: dict[object, int] = {}  # memory base -> latest load start (store after load)
+        retire: list[int] = []
+        dispatch_cycle, in_cycle = 0, 0
+        end = 0
+
+        def reserve(resource: str, earliest: int, occupancy: int) -> int:
+            table_ = busy[resource]
+            cap = units[resource]
+            t = earliest
+            while True:
+                if all(table_.get(c, 0) < cap for c in range(t, t + occupancy)):
+                    for c in range(t, t + occupancy):
+                        table_[c] = table_.get(c, 0) + 1
+                    return t
+                t += 1
+
+        for idx, inst in enumerate(insts):
+            timing, folded = table.timing(inst)
+            # in-order dispatch: issue width per cycle, and the window must have room
+            if in_cycle >= width:
+                dispatch_cycle, in_cycle = dispatch_cycle + 1, 0
+            if idx >= window and retire[idx - window] > dispatch_cycle:
+                dispatch_cycle, in_cycle = retire[idx - window], 0
+            in_cycle += 1
+            t = dispatch_cycle
+            addr_regs: frozenset[str] = frozenset()
+            is_load = inst.iclass in (VEC_LOAD, SCALAR_LOAD, BROADCAST) and inst.mem_read
+            base = inst.mem_base if cfg.memory_dependences else None
+            if folded is not None:
+                # the folded load needs only the address; the operation waits for its data
+                addr_regs = inst.addr_reads
+                ta = t
+                for r in addr_regs:
+                    ta = max(ta, reg_ready.get(r, 0))
+                if base is not None:
+                    ta = max(ta, store_ready.get(base, 0))
+                ls = reserve(folded.resource, ta, folded.occupancy)
+                if base is not None:
+                    load_start[base] = max(load_start.get(base, 0), ls)
+                t = max(t, ls + folded.latency)
+            for r in inst.reads:
+                if r not in addr_regs:
+                    t = max(t, reg_ready.get(r, 0))
+            if cfg.false_dependences:
+                for r in inst.writes:
+                    t = max(t, last_read.get(r, 0), last_write.get(r, 0))
+            if base is not None:
+                if is_load:
+                    t = max(t, store_ready.get(base, 0))
+                elif inst.mem_write:
+                    t = max(t, load_start.get(base, 0))
+            start = reserve(timing.resource, t, timing.occupancy)
+            finish = start + timing.latency
+            for r in inst.reads:
+                if last_read.get(r, -1) < start:
+                    last_read[r] = start
+            for r in inst.writes:
+                reg_ready[r] = finish
+                last_write[r] = start
+                last_read.pop(r, None)
+            if inst.writeback and inst.mem_base in inst.writes:
+                reg_ready[inst.mem_base] = start + 1  # address update, not the loaded data
+            if base is not None:
+                if is_load:
+                    load_start[base] = max(load_start.get(base, 0), start)
+                if inst.mem_write:
+                    store_ready[base] = max(store_ready.get(base, 0), start + table.store_forward)
+            end = max(end, finish)
+            retire.append(max(finish, retire[-1]) if retire else finish)
+        return float(end)
+
+    def program_cycles(self, counts: InstructionCounts | Iterable[BlockExec]) -> float:
+        """Sum over blocks of (cycles per execution x executions): Tuna's ILP cost of the program."""
+        blocks = counts.blocks if isinstance(counts, InstructionCounts) else counts
+        total = 0.0
+        for be in blocks:
+            if be.executions > 0 and be.block.instructions:
+                total += self.block_cycles(be.block.instructions, be.loop_body) * be.executions
+        return total
+
+
+@dataclass
+class BlockCycles:
+    """Cycles of one block and its share of the program total (for reports)."""
+
+    function: str
+    label: str
+    cycles: float
+    executions: int
+    total: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = self.cycles * self.executions
+
+
+def block_report(scheduler: ListScheduler, counts: InstructionCounts, top: int = 10) -> list[BlockCycles]:
+    """The `top` blocks by total cycles."""
+    rows = [BlockCycles(be.function, be.block.label, scheduler.block_cycles(be.block.instructions, be.loop_body),
+                        be.executions)
+            for be in counts.blocks if be.executions > 0 and be.block.instructions]
+    return sorted(rows, key=lambda r: -r.total)[:top]
