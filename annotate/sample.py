@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sketch.factors import prime_factors
-from ..sketch.sketch import Decision, Hole, Sketch
+from ..sketch.sketch import Decision, Hole, ProductLimit, Sketch
 
 MAX_TRIES = 200
 
@@ -29,15 +29,61 @@ def random_decision(hole: Hole, rng: np.random.Generator) -> Decision:
     return int(rng.integers(len(hole.options)))
 
 
+REDRAWS = 16
+REPAIR_STEPS = 256
+
+
+def _move_prime(value: tuple[int, ...], src: int, dst: int, rng: np.random.Generator) -> tuple[int, ...]:
+    parts = list(value)
+    p = int(rng.choice(prime_factors(parts[src])))
+    parts[src] //= p
+    parts[dst] *= p
+    return tuple(parts)
+
+
+def _repair_step(sketch: Sketch, decisions: dict[str, Decision], limit, rng: np.random.Generator) -> bool:
+    """Move one prime factor so that `limit` gets closer to holding; False if no move is possible."""
+    if isinstance(limit, ProductLimit):
+        too_low = limit.value(decisions) < limit.low
+        if too_low:  # pull a factor from the outermost part into a limited part
+            moves = [(k, 0, i) for k, i in limit.factors if i != 0 and decisions[k][0] > 1]
+        else:  # push a factor from a limited part out to the outermost part
+            moves = [(k, i, 0) for k, i in limit.factors if i != 0 and decisions[k][i] > 1]
+    else:  # footprint too large: shrink a tile inside the staged region
+        moves = [(k, p, 0) for k in limit.keys for p in range(1, len(decisions[k])) if decisions[k][p] > 1]
+    if not moves:
+        return False
+    key, src, dst = moves[int(rng.integers(len(moves)))]
+    decisions[key] = _move_prime(decisions[key], src, dst, rng)
+    return True
+
+
+def repair(sketch: Sketch, decisions: dict[str, Decision], rng: np.random.Generator) -> dict[str, Decision] | None:
+    """Decisions that satisfy all of the sketch's limits, reached by moving prime factors between tile
+    levels (towards the grid when too large, into threads when too few), or None if that fails."""
+    out = dict(decisions)
+    for _ in range(REPAIR_STEPS):
+        broken = [lim for lim in sketch.limits if not lim.holds(out)]
+        if not broken:
+            return out
+        if not _repair_step(sketch, out, broken[int(rng.integers(len(broken)))], rng):
+            return None
+    return out if all(lim.holds(out) for lim in sketch.limits) else None
+
+
 def sample_decisions(sketch: Sketch, rng: np.random.Generator) -> dict[str, Decision]:
-    """Decisions for every hole; tile holes under a limit are redrawn until all limits hold."""
+    """Decisions for every hole; when limits fail, limited tiles are redrawn a few times, then repaired."""
     decisions = {h.key: random_decision(h, rng) for h in sketch.holes}
     if not sketch.limits:
         return decisions
     limited = sorted(set().union(*(lim.keys for lim in sketch.limits)))
-    for _ in range(MAX_TRIES):
-        if all(lim.holds(decisions) for lim in sketch.limits):
-            return decisions
-        for key in limited:
-            decisions[key] = random_tile(sketch.hole(key), rng)
-    raise ValueError(f"could not satisfy the limits of sketch {sketch.name} in {MAX_TRIES} draws")
+    for _ in range(MAX_TRIES // REDRAWS):
+        for _ in range(REDRAWS):
+            if all(lim.holds(decisions) for lim in sketch.limits):
+                return decisions
+            for key in limited:
+                decisions[key] = random_tile(sketch.hole(key), rng)
+        fixed = repair(sketch, decisions, rng)
+        if fixed is not None:
+            return fixed
+    raise ValueError(f"could not satisfy the limits of sketch {sketch.name}")

@@ -173,21 +173,21 @@ def main() -> None:
     ap.add_argument("--no-ms", action="store_true", help="skip the MetaSchedule design-space comparison")
     ap.add_argument("--out", default=os.path.join(RESULTS, "search_space"))
     args = ap.parse_args()
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+            "samples": args.samples, "tvm": tvm.__version__}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
     rows = []
     for target in args.targets.split(","):
         for name in args.ops.split(","):
             row = bench_op(name, target, args.samples, args.ptx_samples, not args.no_ms)
             rows.append(row)
+            with open(args.out + ".json", "w") as f:  # rewritten after each operator: a killed run keeps its rows
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+            write_markdown(rows, args.out + ".md", meta)
             print(f"{target:10s} {name:20s} sketches={row['sketches']} valid={100 * row['valid_rate']:5.1f}% "
                   f"ptx={row['ptx_built']}/{row['ptx_tried']} sampled/s={row['sampled_per_s']:.0f} "
                   f"built/s={row['built_per_s']:.1f} ms={row.get('ms_covered', '-')}/{row.get('ms_design_spaces', '-')}"
                   f" {dict(row['failures']) or ''}", flush=True)
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-            "samples": args.samples, "tvm": tvm.__version__}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    write_markdown(rows, args.out + ".md", meta)
 
 
 if __name__ == "__main__":

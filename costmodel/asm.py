@@ -108,6 +108,7 @@ class AsmLoop:
     iv_init: int | None = None
     iv_step: int = 0
     iv_write: int = -1
+    iv_start: tuple[object, int] | None = None  # initial value as (symbol or None, constant)
 
 
 @dataclass
@@ -184,7 +185,6 @@ class IRLoop:
 # ----------------------------------------------------------------------------------------------------------
 
 _LABEL_RE = re.compile(r"^\s*([A-Za-z_.$][\w.$@]*|\d+):")
-_X86_REG_RE = re.compile(r"%([a-z][a-z0-9]*)")
 _SYMBOL_RE = re.compile(r"(?<![%\w.$])([A-Za-z_.$][\w.$]*)")
 _A64_LABEL_OPERAND_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
@@ -290,7 +290,6 @@ class _X86Operand:
     symbol: str | None = None
     mask: str | None = None
     zeroing: bool = False
-    broadcast: bool = False
 
 
 def _parse_int(text: str) -> int | None:
@@ -303,18 +302,16 @@ def _parse_int(text: str) -> int | None:
 def _x86_operand(op: str) -> _X86Operand:
     decorations = re.findall(r"\{([^}]*)\}", op)
     core = re.sub(r"\s*\{[^}]*\}", "", op).strip().lstrip("*")
-    mask, zeroing, broadcast = None, False, False
+    mask, zeroing = None, False
     for d in decorations:
         d = d.strip()
         if d.startswith("%k"):
             mask = _X86_REGS.get(d[1:], (d[1:], 0))[0]
         elif d == "z":
             zeroing = True
-        elif d.startswith("1to"):
-            broadcast = True
     if core.startswith("$"):
-        return _X86Operand("imm", value=_parse_int(core[1:]), symbol=None if _parse_int(core[1:]) is not None
-                           else core[1:])
+        value = _parse_int(core[1:])
+        return _X86Operand("imm", value=value, symbol=None if value is not None else core[1:])
     if core.startswith("%") and "(" not in core:
         name = core[1:]
         if ":" in name:  # segment override such as %fs:40 is memory
@@ -332,7 +329,7 @@ def _x86_operand(op: str) -> _X86Operand:
         regs = tuple(r for r in addr if r != "rip")
         if base == "rip":
             base = symbol
-        return _X86Operand("mem", base=base, addr_regs=regs, symbol=symbol, broadcast=broadcast)
+        return _X86Operand("mem", base=base, addr_regs=regs, symbol=symbol)
     value = _parse_int(core)
     if value is not None:  # absolute address
         return _X86Operand("mem", base=None)
@@ -363,7 +360,7 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
     mem_ops = [i for i, p in enumerate(parsed) if p.kind == "mem"]
     last = len(parsed) - 1
     is_jump = mn.startswith("j")
-    is_branch = is_jump or base in ("call", "callq", "ret", "retq", "loop") or mn in ("callq", "retq", "call", "ret")
+    is_branch = is_jump or mn in ("call", "callq", "ret", "retq", "loop")
     target = None
     symbols: list[str] = []
     if is_branch:
@@ -387,8 +384,8 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
     for p in parsed:
         if p.symbol and p.kind in ("mem", "imm", "label"):
             symbols.append(p.symbol)
-    mem_write = bool(mem_ops) and mem_ops[-1] == last and base not in _X86_NO_DEST and last > 0 or (
-        base == "push") or (bool(mem_ops) and last == 0 and base in ("inc", "dec", "neg", "not"))
+    dest_is_mem = bool(mem_ops) and mem_ops[-1] == last and base not in _X86_NO_DEST
+    mem_write = base == "push" or (dest_is_mem and (last > 0 or base in ("inc", "dec", "neg", "not")))
     mem_read = any(i != last or base in _X86_NO_DEST for i in mem_ops) or (
         bool(mem_ops) and mem_write and not _is_x86_write_only(mn, base, len(parsed)))
     if base == "lea":
@@ -402,8 +399,6 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
         mem_base = "rsp"
         reads.add("rsp")
         writes.add("rsp")
-    broadcast_mem = any(p.broadcast for p in parsed)
-
     iclass = _x86_class(mn, base, has_vec, mem_read, mem_write)
     width = vec_width if iclass in VECTOR_CLASSES else 0
 
@@ -437,7 +432,6 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
     elif base in ("idiv", "div") or (base in ("mul", "imul") and len(parsed) == 1):
         reads.update(("rax", "rdx"))
         writes.update(("rax", "rdx"))
-    del broadcast_mem
     addr = frozenset(r for p in parsed for r in p.addr_regs)
     if base in ("push", "pop"):
         addr = frozenset(("rsp",))
@@ -738,19 +732,37 @@ _X86_MNEMONIC_RE = re.compile(r"^[a-z][a-z0-9]*$")
 _A64_MNEMONIC_RE = re.compile(r"^[a-z][a-z0-9]*(\.[a-z]{2})?$")
 
 
+_ENCODING_PREFIX_RE = re.compile(r"^(\s*)\{(?:vex|vex2|vex3|evex|disp8|disp32)\}\s*")
+
+
 def _strip_comment(line: str, arch: str) -> str:
-    if arch == "x86":
-        i = line.find("#")
-    else:
-        i = line.find("//")
-        j = line.find(";")
-        i = j if i < 0 or (0 <= j < i) else i
-    return line if i < 0 else line[:i]
+    """The code part of a line; x86 encoding hints such as `{vex}` (AVX-VNNI) are dropped too."""
+    i = line.find("#" if arch == "x86" else "//")
+    line = line if i < 0 else line[:i]
+    return _ENCODING_PREFIX_RE.sub(r"\1", line) if arch == "x86" else line
 
 
 _TYPE_FUNCTION_RE = re.compile(r"^\s*\.type\s+([^,\s]+)\s*,\s*[@%]function", re.M)
 _GLOBL_RE = re.compile(r"^\s*\.glob(?:a)?l\s+(\S+)", re.M)
 _SECTION_DIRECTIVES = (".section", ".text", ".data", ".bss", ".rodata", ".pushsection", ".popsection")
+
+
+_SECTION_LINE_RE = re.compile(r"^[ \t]*\.(?:section|text|data|bss|rodata|pushsection|popsection)\b.*$", re.M)
+
+
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the lines in code sections; data and debug sections are skipped whole."""
+    out: list[tuple[int, str]] = []
+    in_text, stack, pos, lineno = True, [], 0, 1
+    for m in _SECTION_LINE_RE.finditer(text):
+        if in_text:
+            out.extend(enumerate(text[pos:m.start()].split("\n"), lineno))
+        lineno += text.count("\n", pos, m.end())
+        in_text = _switch_section(m.group(0).strip(), in_text, stack)
+        pos = m.end()
+    if in_text:
+        out.extend(enumerate(text[pos:].split("\n"), lineno))
+    return out
 
 
 def _switch_section(line: str, in_text: bool, stack: list[bool]) -> bool:
@@ -792,7 +804,6 @@ def parse_asm(text: str, arch: str) -> AsmProgram:
         raise AsmParseError(f"unknown architecture {arch!r}; expected one of {ARCHES}")
     if not isinstance(text, str) or not text.strip():
         raise AsmParseError("empty assembly text")
-    lines = text.splitlines()
     typed_functions = set(_TYPE_FUNCTION_RE.findall(text))
     globals_ = set(_GLOBL_RE.findall(text))
     use_types = bool(typed_functions)
@@ -800,21 +811,13 @@ def parse_asm(text: str, arch: str) -> AsmProgram:
 
     functions: list[AsmFunction] = []
     cur: AsmFunction | None = None
-    in_text = True
-    section_stack: list[bool] = []
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, raw in _code_lines(text):
         line = raw.strip()
         if not line:
             continue
         c = line[0]
-        if not in_text:
-            if c == "." and line.startswith(_SECTION_DIRECTIVES):
-                in_text = _switch_section(line, in_text, section_stack)
-            continue
-        if c == "." and _LABEL_RE.match(line) is None:
-            if line.startswith(_SECTION_DIRECTIVES):
-                in_text = _switch_section(line, in_text, section_stack)
-            continue
+        if c == "." and (":" not in line or line.startswith(".Ltmp") or _LABEL_RE.match(line) is None):
+            continue  # directive, or a debug-info label (never a branch target)
         if c == "#" or line.startswith("//"):
             continue
         line = _strip_comment(line, arch).strip()
@@ -1043,8 +1046,15 @@ def _value_before(f: AsmFunction, pos: int, reg: str, depth: int = 0, outside: i
     if k < 0:
         return (("entry", reg), 0)
     w = lst[k]
-    if not f.loops_at(w) <= f.loops_at(pos):
-        return None
+    outside = f.loops_at(w) - f.loops_at(pos)
+    if outside:
+        # the value left by a finished loop: its induction register after `trip` steps
+        li = f.innermost_loop(w)
+        lp = f.loops[li] if li is not None else None
+        if (lp is None or outside != {li} or lp.iv != reg or lp.iv_write != w or lp.trip is None
+                or lp.iv_start is None):
+            return None
+        return (lp.iv_start[0], lp.iv_start[1] + lp.trip * lp.iv_step)
     inst = f.instructions[w]
     return _eval_write(f, w, inst, reg, depth)
 
@@ -1336,10 +1346,12 @@ def _infer_trip(f: AsmFunction, li: int) -> int | None:
     lp.top_tested = not bottom
     lp.iv, lp.iv_step, lp.iv_write = ind, step, w
     lp.iv_init = init[1] if init[0] is None else None
+    lp.iv_start = init
     return trip
 
 
 _Adjust = tuple[tuple[int, ...], int]  # (loops, executions per full run of their iterations)
+_Term = tuple[int, "int | None"]  # (loop, the iteration index at which the test holds, None: never)
 
 
 def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
@@ -1356,18 +1368,14 @@ def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
         if guard is None:
             continue
         terms, equal_side_taken = guard
-        loops = tuple(sorted({li for li, _, _ in terms}))
+        loops = tuple(sorted({li for li, _ in terms}))
         if len(loops) != len(terms):
             continue
         total, hits = 1, 1
-        for li, value, stepped in terms:
-            lp = f.loops[li]
-            total *= lp.trip
-            if value is None:
-                hits = 0
-                continue
-            n, r = divmod(value - lp.iv_init - (lp.iv_step if stepped else 0), lp.iv_step)
-            hits *= 1 if r == 0 and 0 <= n < lp.trip else 0
+        for li, n in terms:
+            trip = f.loops[li].trip or 0
+            total *= trip
+            hits *= 1 if n is not None and 0 <= n < trip else 0
         target = f.block_index(f.labels[last.target])
         equal_side, other_side = (target, k + 1) if equal_side_taken else (k + 1, target)
         body = frozenset.intersection(*(f.loops[li].blocks for li in loops))
@@ -1381,13 +1389,14 @@ def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
     return out
 
 
-def _iv_guard(f: AsmFunction, k: int, bi: int) -> tuple[list[tuple[int, int | None, bool]], bool] | None:
-    """For the branch at `bi` ending block `k`: ([(loop, constant, stepped)], taken when all are equal)."""
+def _iv_guard(f: AsmFunction, k: int, bi: int) -> tuple[list[_Term], bool] | None:
+    """For the conditional branch at `bi` ending block `k`: (tests that must all hold, branch taken when
+    they hold), or None when the condition is not an equality on induction registers."""
     branch = f.instructions[bi]
     mn = branch.mnemonic
     if f.arch == "aarch64" and mn in ("cbz", "cbnz"):
         r = _a64_reg(branch.operands[0])
-        terms = _iv_terms(f, k, bi, r.canon, 0) if r is not None and r.canon else None
+        terms = _iv_terms(f, k, bi, r.canon, 0) if r is not None and r.canon else []
         return (terms, mn == "cbz") if terms else None
     rel = (_X86_CC_REL.get(mn[1:]) if mn.startswith("j") else None) if f.arch == "x86" else (
         _A64_CC_REL.get(mn[2:]) if mn.startswith("b.") else None)
@@ -1411,12 +1420,11 @@ def _iv_guard(f: AsmFunction, k: int, bi: int) -> tuple[list[tuple[int, int | No
     return None
 
 
-def _iv_terms(f: AsmFunction, k: int, pos: int, reg: str, value: int, depth: int = 0
-              ) -> list[tuple[int, int | None, bool]]:
-    """`reg == value` at `pos` in block `k` as induction tests [(loop, iv value or None if never, stepped)].
+def _iv_terms(f: AsmFunction, k: int, pos: int, reg: str, value: int, depth: int = 0) -> list[_Term]:
+    """`reg == value` at `pos` in block `k` as tests on iteration indices [(loop, index or None)].
 
-    `reg` may be an affine function of one induction register; for value 0 it may be the bitwise or of
-    several such registers (`k0 == 0 and k1 == 0`). [] when it is neither.
+    `reg` may be an affine function of the iteration index of one loop; for value 0 it may also be the
+    bitwise or of several such registers (`k0 == 0 and k1 == 0`). [] when it is neither.
     """
     if depth > 6:
         return []
@@ -1424,37 +1432,60 @@ def _iv_terms(f: AsmFunction, k: int, pos: int, reg: str, value: int, depth: int
     if j == -1:
         return []
     if value == 0 and j is not None:
-        kj = f.block_index(j)
         inst = f.instructions[j]
         base = inst.mnemonic.split(".")[0] if f.arch == "aarch64" else _x86_base_mnemonic(inst.mnemonic)
         srcs = sorted(r for r in inst.reads if r != FLAGS)
         if base in ("or", "orr") and 1 <= len(srcs) <= 2 and not inst.mem_read:
-            terms: list[tuple[int, int | None, bool]] = []
+            terms: list[_Term] = []
             for r in srcs:
-                t = _iv_terms(f, kj, j, r, 0, depth + 1)
+                t = _iv_terms(f, f.block_index(j), j, r, 0, depth + 1)
                 if not t:
                     return []
                 terms += t
             return terms
     aff = _iv_affine(f, k, pos, reg, depth + 1)
-    if aff is None:
+    if aff is None or aff[1] == 0:
         return []
-    li, a, b, stepped = aff
-    if a == 0:
-        return []
-    q, r = divmod(value - b, a)
-    return [(li, q if r == 0 else None, stepped)]
+    li, a, b = aff
+    n, r = divmod(value - b, a)
+    return [(li, n if r == 0 else None)]
+
+
+def _step_iv(f: AsmFunction, k: int, pos: int, reg: str) -> tuple[int, int, int] | None:
+    """`reg` as (loop, a, b) = a * iteration + b when an enclosing loop steps it by a constant once per
+    iteration (its only write there) from a constant initial value."""
+    for li in sorted(f._block_loops[k], key=lambda i: -f.loops[i].depth):
+        lp = f.loops[li]
+        ws = _writes_in(f, reg, li)
+        if not ws:
+            continue
+        if lp.trip is None:
+            return None
+        if lp.iv == reg and lp.iv_init is not None:
+            w, step, init = lp.iv_write, lp.iv_step, (None, lp.iv_init)
+        else:
+            if len(ws) != 1 or f.innermost_loop(ws[0]) != li:
+                return None
+            w = ws[0]
+            step = (_x86_step if f.arch == "x86" else _a64_step)(f.instructions[w], reg)
+            init = _value_before(f, lp.header, reg, outside=li) if step else None
+            if init is None or init[0] is not None:
+                return None
+        kw = f.block_index(w)
+        stepped = (kw == k and w < pos) or (kw != k and bool(f._dom[k] >> kw & 1))
+        return (li, step, init[1] + (step if stepped else 0))
+    return None
 
 
 def _last_write_in_block(f: AsmFunction, k: int, pos: int, reg: str) -> int | None:
     """The write of `reg` that reaches `pos` in block `k`: the last one above it in the block, else the last
     one of the single block writing `reg` in the innermost enclosing loop that writes it, if that block
-    dominates `k`. None when no enclosing loop writes `reg` (or it is an induction register), -1 when the
-    reaching write is not known."""
+    dominates `k` and is no induction step. None when `reg` is an induction register here or no enclosing
+    loop writes it; -1 when the reaching write is not known."""
     for j in range(pos - 1, f.blocks[k].start - 1, -1):
         if reg in f.instructions[j].writes:
             return j
-    if any(f.loops[li].iv == reg for li in f._block_loops[k]):
+    if _step_iv(f, k, pos, reg) is not None:
         return None
     li = f._block_inner[k]
     while li is not None:
@@ -1468,31 +1499,22 @@ def _last_write_in_block(f: AsmFunction, k: int, pos: int, reg: str) -> int | No
     return None
 
 
-def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[int, int, int, bool] | None:
-    """`reg` at `pos` in block `k` as (loop, a, b, stepped): reg = a * iv(loop) + b, or None."""
+def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[int, int, int] | None:
+    """`reg` at `pos` in block `k` as (loop, a, b): reg = a * (iteration index of loop) + b, or None."""
     if depth > 8:
         return None
     j = _last_write_in_block(f, k, pos, reg)
+    if j is None or (j >= 0 and _is_step_of(f, j, reg)):
+        return _step_iv(f, k, pos, reg)
     if j == -1:
         return None
-    if j is None:
-        for li in f._block_loops[k]:
-            lp = f.loops[li]
-            if lp.iv == reg and lp.iv_init is not None and lp.trip is not None:
-                wb = f.block_index(lp.iv_write)
-                return (li, 1, 0, wb != k and bool(f._dom[k] >> wb & 1))
-        return None
-    for li in f._block_loops[k]:
-        lp = f.loops[li]
-        if lp.iv == reg and lp.iv_write == j and lp.iv_init is not None and lp.trip is not None:
-            return (li, 1, 0, True)
     inst = f.instructions[j]
     ops = inst.operands
     kj = f.block_index(j)
 
-    def scaled(src: str, mul: int, add: int) -> tuple[int, int, int, bool] | None:
+    def scaled(src: str, mul: int, add: int) -> tuple[int, int, int] | None:
         v = _iv_affine(f, kj, j, src, depth + 1)
-        return None if v is None else (v[0], v[1] * mul, v[2] * mul + add, v[3])
+        return None if v is None else (v[0], v[1] * mul, v[2] * mul + add)
 
     if f.arch == "x86":
         base = _x86_base_mnemonic(inst.mnemonic)
@@ -1505,7 +1527,7 @@ def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[
             if base == "shl":
                 return scaled(reg, 1 << src.value, 0)
             return scaled(reg, 1, src.value if base == "add" else -src.value)
-        if base == "lea" and src.kind == "mem" and src.symbol is None:
+        if base == "lea" and src.kind == "mem" and src.symbol is None and "(" in ops[0]:
             inner = ops[0][ops[0].index("(") + 1: ops[0].rindex(")")].split(",")
             disp_text = ops[0][: ops[0].index("(")].strip()
             disp = _parse_int(disp_text) if disp_text else 0
@@ -1514,11 +1536,10 @@ def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[
             scale = _parse_int(inner[2].strip()) if len(inner) > 2 else 1
             if disp is None or scale is None:
                 return None
-            parts = [(r, m) for r, m in ((base_r, 1), (idx_r, scale)) if r]
-            vals = [scaled(r, m, 0) for r, m in parts]
-            if not vals or any(v is None for v in vals) or len({(v[0], v[3]) for v in vals}) != 1:
+            vals = [scaled(r, m, 0) for r, m in ((base_r, 1), (idx_r, scale)) if r]
+            if not vals or any(v is None for v in vals) or len({v[0] for v in vals}) != 1:
                 return None
-            return (vals[0][0], sum(v[1] for v in vals), sum(v[2] for v in vals) + disp, vals[0][3])
+            return (vals[0][0], sum(v[1] for v in vals), sum(v[2] for v in vals) + disp)
         return None
     base = inst.mnemonic
     regs = [_a64_reg(o) for o in ops]
@@ -1535,11 +1556,16 @@ def _iv_affine(f: AsmFunction, k: int, pos: int, reg: str, depth: int) -> tuple[
     return None
 
 
+def _is_step_of(f: AsmFunction, j: int, reg: str) -> bool:
+    return (_x86_step if f.arch == "x86" else _a64_step)(f.instructions[j], reg) is not None
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Algorithm 1: mapping assembly loops to IR loops
 # ----------------------------------------------------------------------------------------------------------
 
 HIDDEN_KINDS = frozenset({"vectorized", "unrolled"})
+PARALLEL_BODY = "__tvm_parallel_lambda"  # TVM's name for the outlined body of a parallel loop
 
 
 def _visible(lp: IRLoopLike) -> bool:
@@ -1574,21 +1600,18 @@ class LoopMapping:
 
     matches: list[LoopMatch]
     ir_loops: list[IRLoopLike]
-    unmatched_ir: list[int]
-    fallbacks: int
+    unmatched_ir: list[int]  # visible IR loops no assembly loop was matched to (fully unrolled by LLVM)
+    fallbacks: int  # assembly loops whose trip count did not come from the assembly
+    _by_key: dict[tuple[str, int], LoopMatch] = field(init=False, repr=False)
 
-    def trip(self, function: str, loop: int) -> int:
-        return self._index()[(function, loop)].trip
+    def __post_init__(self) -> None:
+        self._by_key = {(m.function, m.loop): m for m in self.matches}
 
     def match(self, function: str, loop: int) -> LoopMatch:
-        return self._index()[(function, loop)]
+        return self._by_key[(function, loop)]
 
-    def _index(self) -> dict[tuple[str, int], LoopMatch]:
-        idx = getattr(self, "_idx", None)
-        if idx is None:
-            idx = {(m.function, m.loop): m for m in self.matches}
-            self._idx = idx
-        return idx
+    def trip(self, function: str, loop: int) -> int:
+        return self._by_key[(function, loop)].trip
 
 
 def _reachable_order(program: AsmProgram) -> tuple[list[tuple[AsmFunction, int, tuple[str, int] | None]],
@@ -1686,7 +1709,7 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
             cands = [i for i in kept if q < i < ir_end[q]]
         else:
             cands = list(kept)
-        if parent is None and "parallel" in f.name and lp.parent is None:
+        if parent is None and PARALLEL_BODY in f.name and lp.parent is None:
             par = [i for i in cands if ir[i].kind == "parallel"]
             cands = par or cands
         best, how = _pick(lp.trip, cands, ir, pos_of, pointer, q, ir_parent, cfg)
@@ -1745,6 +1768,7 @@ class BlockExec:
     block: BasicBlock
     executions: int
     loop_body: bool = False  # the block is the whole body of its innermost loop
+    parallel: bool = False  # the block runs inside a parallel-for body (spread over the cores)
 
 
 @dataclass
@@ -1792,6 +1816,10 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
         ctx = context.get(fname)
         return factor(ctx[0], ctx[1]) if ctx is not None else 1
 
+    def is_parallel(fname: str) -> bool:
+        ctx = context.get(fname)
+        return PARALLEL_BODY in fname or (ctx is not None and is_parallel(ctx[0]))
+
     invocations = {name: _ctx_factor(name) for name in visited}
     by_class: dict[str, int] = dict.fromkeys(CLASSES, 0)
     by_cw: dict[tuple[str, int], int] = {}
@@ -1812,7 +1840,7 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
                     whole *= mapping.trip(fname, li)
                 n = n // whole * times
             body = inner is not None and f.loops[inner].blocks == frozenset((k,))
-            blocks.append(BlockExec(fname, b, n, body))
+            blocks.append(BlockExec(fname, b, n, body, is_parallel(fname)))
             for inst in b.instructions:
                 by_class[inst.iclass] += n
                 key = (inst.iclass, inst.width)
@@ -1825,7 +1853,13 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
 
 def analyze_asm(text: str, arch: str, ir_loops: Sequence[IRLoopLike] = (),
                 config: MapConfig | None = None) -> tuple[AsmProgram, LoopMapping, InstructionCounts]:
-    """Parse, map and count in one call."""
-    prog = parse_asm(text, arch)
-    mapping = map_loops(prog, ir_loops, config)
-    return prog, mapping, count_instructions(prog, mapping)
+    """Parse, map and count in one call. Raises only `AsmParseError`, also for assembly whose structure
+    defeats the analysis (an internal error is reported as such, with its cause chained)."""
+    try:
+        prog = parse_asm(text, arch)
+        mapping = map_loops(prog, ir_loops, config)
+        return prog, mapping, count_instructions(prog, mapping)
+    except AsmParseError:
+        raise
+    except (ValueError, IndexError, KeyError, AttributeError, TypeError, RecursionError) as e:
+        raise AsmParseError(f"assembly analysis failed: {type(e).__name__}: {e}") from e

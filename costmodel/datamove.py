@@ -1,4 +1,4 @@
-"""Cache data movement of a loop tree (Tuna, Algorithm 2) with footprints counted in cache lines by isl.
+"""Cache data movement of a loop tree (Tuna, Algorithm 2) with footprints counted in cache lines.
 
 Bottom-up over the loop tree, per buffer t and loop L (outer loop variables fixed at their first value):
   fp_t(L)  = distinct lines of t touched by the whole execution of L,
@@ -7,13 +7,16 @@ If single(L) fits in the cache, mov_t(L) = fp_t(L). Otherwise a buffer whose reu
 moves fp_t(L) and every other buffer moves trip(L) * sum_children mov_t(child). The reuse status of t
 starts true at the statements and flips to false (as in the paper) when fp_t of a loop exceeds the cache,
 or when a run of consecutive sibling nodes not touching t (cyclically across iterations) has a combined
-footprint above the cache. Only buffers in global memory are analysed ("local"/"shared" scopes are
-registers or scratchpads, not cached).
+footprint above the cache. A fused loop is analysed as the nest of the loops it fuses (its mixed-radix
+digits), which also makes the floordiv/floormod of fused indices affine. Only buffers in global memory
+are analysed ("local"/"shared" scopes are registers or scratchpads, not cached).
 
-Footprints are exact: a closed form for a single separable affine access (product over buffer dimensions
-of distinct values, the row-contiguous suffix mapped to lines by floor division), isl point counting
-(`count_val`) for unions, coupled dimensions, floordiv/floormod and guards. isl work is bounded by an
-operation limit; non quasi-affine indices and isl failures fall back to a box estimate, counted and logged.
+Footprints are exact. Accesses are renamed canonically (equal images compare equal) and a union covered
+by one full box is that box; a single separable affine access has a closed form (product over buffer
+dimensions of distinct values, the row-contiguous suffix mapped to lines by floor division); everything
+else (unions, coupled dimensions, remaining floordiv/floormod, guards) is counted by isl (`count_val`),
+bounded by an operation limit. Non quasi-affine indices (kept as a box of their range inside isl) and isl
+failures fall back to conservative estimates, counted in `FootprintStats` and logged.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ class DataMoveConfig:
     """Tunable parameters of the data-movement analysis."""
 
     engine: str = "auto"  # "auto": closed form when exact else isl | "isl": always isl | "box": estimate only
-    max_isl_operations: int = 2_000_000  # isl_ctx operation limit per footprint query
+    # isl_ctx operation limit per query: counting a box costs a few operations per row (8192 rows of lines:
+    # 9.5k, ~1 ms); a union with nested floordiv/floormod took 50k operations and 0.8 s.
+    max_isl_operations: int = 100_000
     max_enum_values: int = 1 << 20  # largest value range enumerated by the closed form
     cache_entries: int = 200_000  # footprint results kept per process
     levels: tuple[str, ...] = ("L1", "L2")
@@ -131,7 +136,11 @@ class FootprintStats:
 
     def copy(self) -> FootprintStats:
         return FootprintStats(
-            self.queries, self.cache_hits, self.closed_form, self.isl, self.fallbacks,
+            self.queries,
+            self.cache_hits,
+            self.closed_form,
+            self.isl,
+            self.fallbacks,
             Counter(self.fallback_reasons),
         )
 
@@ -179,9 +188,7 @@ class FootprintCounter:
             if not logged:
                 log.info("footprint fallback (%s), conservative %s estimate", reason, method)
 
-    def _compute(
-        self, layout: LineLayout, accs: frozenset[SpecAccess], ext: dict[str, int]
-    ) -> tuple[int, str, str]:
+    def _compute(self, layout: LineLayout, accs: frozenset[SpecAccess], ext: dict[str, int]) -> tuple[int, str, str]:
         if not accs:
             return 0, "closed_form", ""
         engine = self.config.engine
@@ -195,8 +202,10 @@ class FootprintCounter:
                 return got, "closed_form", ""
         try:
             got = self._isl_count(layout, accs, ext)
-        except isl.Error as err:
+        except Exception as err:  # isl.Error, or anything unexpected from islpy: never fail the caller
             reason = "isl_limit" if "maximal number of operations" in str(err) else "isl_error"
+            if reason == "isl_error":
+                log.warning("isl footprint failed (%s); using the box estimate", err)
             self._ctx.reset_operations()
             return _box_count(layout, accs, ext), "box", reason
         return got, "isl", "non_affine" if opaque else ""
@@ -205,8 +214,11 @@ class FootprintCounter:
         self._ctx.reset_operations()
         text = isl_footprint_text(layout, accs, ext)
         val = isl.Set.read_from_str(self._ctx, text).count_val()
-        if val is None or not val.is_int():  # the operation limit may surface only here
-            raise isl.Error("maximal number of operations exceeded (count_val gave no integer)")
+        # count_val returns a partial count when it runs out of operations; the next operation fails then.
+        isl.Set.read_from_str(self._ctx, "{ [0] }")
+        if val is None or not val.is_int():
+            raise isl.Error(f"count_val gave no integer for {text}")
+        self._ctx.reset_operations()  # printing the value counts operations too
         return int(val.to_python())
 
 
@@ -226,7 +238,11 @@ def default_counter(config: DataMoveConfig | None = None) -> FootprintCounter:
 
 
 def _distinct(expr: IndexExpr, ext: Mapping[str, int], epl: int, max_enum: int) -> int | None:
-    """Distinct values of floor(expr / epl) for an affine expr over a box; None if too large to enumerate."""
+    """Distinct values of floor(expr / epl) for an affine expr over a box; None if too large to enumerate.
+
+    The terms with the smallest coefficients that cover a contiguous range [0, span] form the dense
+    part; the values of the other ("outer") terms are enumerated, each giving an interval of lines.
+    """
     base = expr.const
     terms: list[tuple[int, int]] = []
     for v, c in expr.terms:
@@ -238,30 +254,38 @@ def _distinct(expr: IndexExpr, ext: Mapping[str, int], epl: int, max_enum: int) 
             c = -c
         terms.append((c, e))
     terms.sort()
-    span = 0
-    for c, e in terms:
-        if c > span + 1:
-            break
-        span += c * (e - 1)
-    else:
+    span, i = 0, 0
+    while i < len(terms) and terms[i][0] <= span + 1:
+        span += terms[i][0] * (terms[i][1] - 1)
+        i += 1
+    outer = terms[i:]
+    if not outer:
         return (base + span) // epl - base // epl + 1
-    if sum(c * (e - 1) for c, e in terms) + 1 > max_enum:
+    if math.prod(e for _, e in outer) > max_enum:
         return None
-    vals = np.zeros(1, dtype=np.int64)
-    for c, e in terms:
-        vals = np.unique((vals[:, None] + c * np.arange(e, dtype=np.int64)[None, :]).ravel())
-    return int(np.unique((vals + base) // epl).size) if epl > 1 else int(vals.size)
+    starts = np.zeros(1, dtype=np.int64)
+    for c, e in outer:
+        starts = np.unique((starts[:, None] + c * np.arange(e, dtype=np.int64)[None, :]).ravel())
+    lo = (starts + base) // epl
+    hi = (starts + base + span) // epl
+    # Sorted ranges with non-decreasing ends: each overlaps the union of the earlier ones only via its
+    # predecessor.
+    overlap = np.maximum(0, hi[:-1] - lo[1:] + 1)
+    return int((hi - lo + 1).sum() - overlap.sum())
 
 
-def _closed_form(
-    layout: LineLayout, accs: frozenset[SpecAccess], ext: Mapping[str, int], max_enum: int
-) -> int | None:
+def _closed_form(layout: LineLayout, accs: frozenset[SpecAccess], ext: Mapping[str, int], max_enum: int) -> int | None:
     """Exact count for one affine access without guards whose line groups use disjoint variables."""
     if len(accs) != 1:
         return None
     idx, conds = next(iter(accs))
-    if conds or not all(e.affine for e in idx):
+    if conds:
         return None
+    if not all(e.affine for e in idx):
+        flat = _flatten_divmods(idx, ext)
+        if flat is None:
+            return None
+        idx, ext = flat
     groups = [idx[d] for d in range(layout.k)] + [layout.linear_suffix(idx)]
     seen: set[str] = set()
     for g in groups:
@@ -276,6 +300,55 @@ def _closed_form(
             return None
         total *= n
     return total
+
+
+def _occurrences(e: IndexExpr, out: Counter) -> None:
+    for t, _ in e.terms:
+        if isinstance(t, str):
+            out[t] += 1
+        else:
+            _occurrences(t.arg, out)
+
+
+def _flatten_divmods(
+    idx: tuple[IndexExpr, ...], ext: Mapping[str, int]
+) -> tuple[tuple[IndexExpr, ...], dict[str, int]] | None:
+    """Replace each floordiv/floormod of an affine argument by a fresh variable, when exact.
+
+    Exact when the argument's variables occur nowhere else and it takes every value of an interval
+    [lo, hi]: floordiv by d then takes every value of [lo//d, hi//d], floormod those of an interval too
+    unless it wraps around.
+    """
+    uses: Counter = Counter()
+    for e in idx:
+        _occurrences(e, uses)
+    new_ext = dict(ext)
+    out = []
+    for e in idx:
+        terms: dict[str, int] = {}
+        const = e.const
+        for t, c in e.terms:
+            if isinstance(t, str):
+                terms[t] = terms.get(t, 0) + c
+                continue
+            iv = _dense_interval(t.arg, ext) if t.arg.affine else None
+            if iv is None or any(uses[v] != 1 for v in t.arg.loop_vars()):
+                return None
+            (lo, hi), d = iv, t.divisor
+            if t.op == "floordiv":
+                off, n = lo // d, hi // d - lo // d + 1
+            elif hi - lo + 1 >= d:
+                off, n = 0, d
+            elif lo % d <= hi % d:
+                off, n = lo % d, hi - lo + 1
+            else:
+                return None
+            name = f"~{len(new_ext)}"
+            new_ext[name] = n
+            terms[name] = c
+            const += c * off
+        out.append(IndexExpr.from_terms(terms, const))
+    return tuple(out), new_ext
 
 
 def canonical_access(
@@ -294,9 +367,7 @@ def canonical_access(
     used = {v for c in coefs for v in c}
     sig = {v: (ext[v], tuple(c.get(v, 0) for c in coefs)) for v in used}
     names = {v: f"e{sig[v][0]}_{i}" for i, v in enumerate(sorted(used, key=lambda v: sig[v]))}
-    ren = tuple(
-        IndexExpr.from_terms({names[v]: k for v, k in c.items()}, e.const) for c, e in zip(coefs, exprs, strict=True)
-    )
+    ren = tuple(IndexExpr(tuple(sorted((names[v], k) for v, k in e.terms)), e.const) for e in exprs)
     return (ren[: len(idx)], ren[len(idx) :]), {names[v]: ext[v] for v in used}
 
 
@@ -423,7 +494,7 @@ def _box_count(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str,
 class LoopRecord:
     """What Algorithm 2 decided at one loop (or the program root) for one cache level."""
 
-    var: str
+    var: str  # loop variable; "<var>@<stride>" for a digit of a fused loop; "<root>" for the program
     depth: int
     trip: int
     single_lines: int  # footprint of one iteration, all buffers
@@ -515,7 +586,7 @@ class _Analysis:
         key = (id(ref), depth)
         if key in self._spec_memo:
             return self._spec_memo[key]
-        ext = {v: self.extents[v] for v in ref.path[depth:]}
+        ext = {v: self.extents[v] for v in ref.path[depth:] if self.extents[v] > 1}  # extent 1: always 0
         conds: list[IndexExpr] | None = []
         for c in ref.conds:
             sc = c.specialize(ext)
@@ -534,7 +605,7 @@ class _Analysis:
         out = {}
         for buf, lst in refs.items():
             accs, ext = [], {}
-            for r in lst:
+            for r in lst:  # (extents of the canonical variables come with each access)
                 got = self._specialise(r, depth)
                 if got is not None:
                     accs.append(got[0])
@@ -552,6 +623,8 @@ class _Analysis:
             _merge(refs_out, refs)
             fp = self.count(refs, depth)
             return _Info(node.block, depth, 1, fp, fp, [])
+        if node.alias_of:  # re-bound GPU thread loop: no iterations of its own
+            return self._transparent(node, refs_out)
         # A fused loop is analysed as the nest of its digits (outermost first), like the unfused loops.
         levels = tuple(reversed(self.digits.get(node.var, (node.var,))))
         self._path.extend(levels)
@@ -562,9 +635,19 @@ class _Analysis:
         for lvl in range(len(levels) - 1, -1, -1):
             d = depth + lvl
             v = levels[lvl]
-            info = _Info(v, d, self.extents[v], self.count(refs, d), self.count(refs, d + 1), children)
+            # With one child, one iteration of the loop is exactly the child's execution.
+            fp1 = children[0].fp if len(children) == 1 else self.count(refs, d + 1)
+            info = _Info(v, d, self.extents[v], self.count(refs, d), fp1, children)
             children = [info]
         return info
+
+    def _transparent(self, node: LoopNode, refs_out: dict[str, list[_AccRef]]) -> _Info:
+        refs: dict[str, list[_AccRef]] = {}
+        children = [self.visit(c, refs) for c in node.children]
+        _merge(refs_out, refs)
+        depth = len(self._path)
+        fp = self.count(refs, depth)
+        return _Info(node.var, depth, 1, fp, fp, children)
 
     def root(self, tree: LoopTree) -> _Info:
         refs: dict[str, list[_AccRef]] = {}
@@ -573,9 +656,7 @@ class _Analysis:
         return _Info("<root>", -1, 1, fp, fp, children)
 
 
-def _fused_digits(
-    tree: LoopTree, extents: dict[str, int]
-) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
+def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
     """Mixed-radix digits of fused loops, so that floordiv/floormod of a fused variable become affine.
 
     A loop variable f used only as f, floordiv(f, c) or floormod(f, c) (possibly nested) with cut points
@@ -702,7 +783,7 @@ def data_movement(
     """Lines/bytes moved into each cache level (L1, L2 of `spec`) by the program, total and per buffer."""
     if counter is None:
         counter = default_counter(config)
-    cfg = counter.config if config is None else config
+    cfg = config or counter.config
     before = counter.stats.copy()
     analysis = _Analysis(tree, spec, counter)
     root = analysis.root(tree)

@@ -94,8 +94,26 @@ class IndexExpr:
 
     @staticmethod
     def from_terms(terms: Mapping[Term, int], const: int) -> IndexExpr:
-        items = tuple(sorted(((t, c) for t, c in terms.items() if c != 0), key=lambda kv: _term_key(kv[0])))
-        return IndexExpr(items, int(const))
+        items = [(t, c) for t, c in terms.items() if c != 0]
+        if all(isinstance(t, str) for t, _ in items):
+            items.sort()
+        else:
+            items.sort(key=lambda kv: _term_key(kv[0]))
+        return IndexExpr(tuple(items), int(const))
+
+    def __hash__(self) -> int:  # footprint caches hash these repeatedly
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.terms, self.const, self.bounds, self.opaque_vars))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:  # string hashes differ between processes: never pickle the cached one
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -170,6 +188,9 @@ class IndexExpr:
                 return IndexExpr.make_opaque(self.bounds, inner)
             # Independent of the remaining loops: one (unknown) value; any representative will do.
             return IndexExpr.constant(0)
+        if self.affine:
+            kept = tuple((t, c) for t, c in self.terms if t in extents)
+            return self if len(kept) == len(self.terms) else IndexExpr(kept, self.const)
         d: dict[Term, int] = {}
         const = self.const
         for t, c in self.terms:
@@ -296,6 +317,14 @@ class LoopNode:
     annotations: dict[str, object] = field(default_factory=dict)
     children: list[LoopNode | StmtLeaf] = field(default_factory=list)
     min: int = 0
+    # GPU: a loop bound to a thread tag already bound by an enclosing loop runs on the same threads; it
+    # adds no iterations and its variable is the enclosing one (named here).
+    alias_of: str | None = None
+
+    @property
+    def trips(self) -> int:
+        """Iterations this loop adds (1 for a re-bound thread loop)."""
+        return 1 if self.alias_of else self.extent
 
     is_loop = True
 
@@ -346,6 +375,7 @@ class _Builder:
         self.env: dict[object, IndexExpr] = {}
         self.extents: dict[str, int] = {}
         self.used_names: set[str] = set()
+        self.bound_tags: dict[str, tuple[str, int]] = {}  # thread tag -> (loop var, extent) of enclosing loops
 
     # -- expressions ----------------------------------------------------------------------------
     def index(self, e) -> IndexExpr:
@@ -501,7 +531,7 @@ class _Builder:
             ops["logic"] += 1
         elif isinstance(e, tirx.Cast):
             ops["cast"] += 1
-        if isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and _call_name(e) == "tirx.if_then_else"):
+        if isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and _call_name(e).endswith("if_then_else")):
             ops["select"] += 1
             args = [e.condition, e.true_value, e.false_value] if isinstance(e, tirx.Select) else list(e.args)
             self.value(args[0], ops, loads, conditional)
@@ -569,13 +599,10 @@ class _Builder:
     def loop(self, f, ctx: _Ctx) -> LoopNode:
         extent, lo = _const_int(f.extent, "extent"), _const_int(f.min, "min")
         step = _const_int(f.step, "step") if getattr(f, "step", None) is not None else 1
-        name = self.unique(str(f.loop_var.name))
-        self.extents[name] = extent
-        self.env[f.loop_var] = IndexExpr.var(name, step, lo)
         kind = _KINDS.get(int(f.kind), "serial")
         tag = str(f.thread_binding.thread_tag) if f.thread_binding is not None else None
         node = LoopNode(
-            var=name,
+            var=str(f.loop_var.name),
             extent=extent,
             kind=kind,
             depth=ctx.depth,
@@ -583,7 +610,21 @@ class _Builder:
             annotations={str(k): _annotation_value(v) for k, v in f.annotations.items()},
             min=lo,
         )
+        outer = self.bound_tags.get(tag) if tag else None
+        if outer is not None:  # same threads as the enclosing loop of this tag
+            node.alias_of, outer_extent = outer
+            self.env[f.loop_var] = IndexExpr.var(node.alias_of, step, lo)
+            conds = [IndexExpr.var(node.alias_of, -1, extent - 1)] if extent < outer_extent else []
+            node.children = self.stmt(f.body, ctx.guarded(conds, nested=True) if conds else ctx.inside(1))
+            return node
+        node.var = self.unique(node.var)
+        self.extents[node.var] = extent
+        self.env[f.loop_var] = IndexExpr.var(node.var, step, lo)
+        if tag:
+            self.bound_tags[tag] = (node.var, extent)
         node.children = self.stmt(f.body, ctx.inside(extent))
+        if tag:
+            del self.bound_tags[tag]
         return node
 
     def block(self, r, ctx: _Ctx) -> list[Node]:
@@ -611,8 +652,8 @@ class _Ctx:
     def inside(self, extent: int) -> _Ctx:
         return _Ctx(self.depth + 1, self.trips * extent, self.block, self.conds, self.predicated, self.init)
 
-    def guarded(self, conds: list[IndexExpr]) -> _Ctx:
-        return _Ctx(self.depth, self.trips, self.block, self.conds + tuple(conds), True, self.init)
+    def guarded(self, conds: list[IndexExpr], nested: bool = False) -> _Ctx:
+        return _Ctx(self.depth + nested, self.trips, self.block, self.conds + tuple(conds), True, self.init)
 
     def in_block(self, name: str, conds: list[IndexExpr], pred: bool) -> _Ctx:
         return _Ctx(self.depth, self.trips, name, self.conds + tuple(conds), self.predicated or pred, False)

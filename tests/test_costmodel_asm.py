@@ -163,6 +163,8 @@ def test_top_tested_loop_and_guarded_first_iteration():
 def test_malformed_assembly_raises_asm_parse_error(text, arch):
     with pytest.raises(asm.AsmParseError):
         asm.parse_asm(text, arch)
+    with pytest.raises(asm.AsmParseError):
+        asm.analyze_asm(text, arch, [IRLoop(4, "serial", 0)])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -240,6 +242,10 @@ def test_x86_avx512_build_counts_fma_per_zmm_lane():
     assert par and all(mapping.ir_loops[m.ir_index].kind == "parallel" for m in par)
     assert not [m for m in mapping.matches if m.source == "default"]
     assert counts.get(asm.VEC_STORE, 512) >= M * N // 16
+    # blocks holding the FMAs run in the parallel body; the argument checks of the entry do not
+    fma_blocks = [b for b in counts.blocks if any(i.iclass == asm.VEC_FMA for i in b.block.instructions)]
+    assert fma_blocks and all(b.parallel for b in fma_blocks)
+    assert not any(b.parallel for b in counts.blocks if b.function == "__tvm_ffi_main")
 
 
 def test_x86_non_decomposed_reduction_counts_guarded_paths_once():

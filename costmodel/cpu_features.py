@@ -1,0 +1,143 @@
+"""CPU features of one scheduled program: what Tuna's linear score is computed from.
+
+Executed instructions come from the generated assembly mapped onto the TIR loops (Algorithm 1), cycles
+from the per-block list scheduler, cache-line movement from the isl loop-tree analysis (Algorithm 2), and
+thread-level parallelism from the parallel loops of the TIR. All counts are per core: work inside
+parallel loops is divided by the effective speed-up (parallel extent over cores, with load imbalance).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import tvm
+
+from ..target import HardwareSpec
+from .asm import AsmParseError, analyze_asm
+from .datamove import DataMoveConfig, data_movement, default_counter
+from .listsched import ListScheduler
+from .looptree import LoopNode, LoopTree, StmtLeaf
+
+log = logging.getLogger(__name__)
+
+# Order of the numeric feature vector; coefficients files use these names.
+FEATURE_NAMES = (
+    "ilp_cycles",  # list-scheduler cycles of the executed blocks
+    "vec_fma",  # executed vector FMA instructions
+    "vec_mem",  # executed vector loads, stores and broadcasts
+    "scalar",  # executed scalar and other instructions
+    "l1_lines",  # cache lines moved into L1
+    "l2_lines",  # cache lines moved into L2
+    "mem_lines",  # compulsory lines of all buffers (from memory)
+    "parallel_launches",  # entries into a parallel region (thread-pool wake-ups)
+)
+
+
+@dataclass(frozen=True)
+class CPUFeatures:
+    """Per-core feature values of one candidate, plus facts used to turn the score into seconds."""
+
+    values: tuple[float, ...]
+    flops: float
+    speedup: float
+    fallbacks: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(FEATURE_NAMES, self.values, strict=True))
+
+
+def _walk_nests(tree: LoopTree):
+    """(root node, work in statement instances, first parallel extent, parallel entries) per root nest."""
+    for root in tree.roots:
+        work, par_extent, launches = 0.0, 1, 0
+
+        def visit(node, outer_trips: int, inside_parallel: bool) -> None:
+            nonlocal work, par_extent, launches
+            if isinstance(node, StmtLeaf):
+                work += node.trips
+                return
+            if not isinstance(node, LoopNode):
+                for child in getattr(node, "children", ()):
+                    visit(child, outer_trips, inside_parallel)
+                return
+            parallel_here = node.kind == "parallel" and not inside_parallel
+            if parallel_here:
+                par_extent = max(par_extent, node.extent)
+                launches += outer_trips
+            for child in node.children:
+                visit(child, outer_trips * node.extent, inside_parallel or parallel_here)
+
+        visit(root, 1, False)
+        yield root, work, par_extent, launches
+
+
+def parallel_speedup(tree: LoopTree, cores: int) -> tuple[float, int]:
+    """Work-weighted speed-up of the program on `cores` (ceil load imbalance) and parallel-region entries."""
+    total = slow = 0.0
+    launches = 0
+    for _, work, extent, entries in _walk_nests(tree):
+        speed = extent / math.ceil(extent / cores) if extent > 1 else 1.0
+        total += work
+        slow += work / speed
+        launches += entries
+    return (total / slow if slow > 0 else 1.0), launches
+
+
+def _flops(tree: LoopTree) -> float:
+    total = 0.0
+    for leaf in tree.statements():
+        total += leaf.trips * sum(v for k, v in leaf.ops.items() if k.startswith("f"))
+    return total
+
+
+class CPUFeatureExtractor:
+    """Builds a candidate's module to assembly and extracts `CPUFeatures` (no execution)."""
+
+    def __init__(self, target: tvm.target.Target, spec: HardwareSpec):
+        self.target = target
+        self.spec = spec
+        self.arch = spec.arch
+        mcpu = str(dict(target.attrs).get("mcpu", ""))
+        self.scheduler = ListScheduler.for_spec(spec, cpu=mcpu or None)
+        self.footprints = default_counter(DataMoveConfig())
+
+    def assembly(self, mod: tvm.IRModule) -> str:
+        return tvm.compile(mod, target=self.target).mod.inspect_source("asm")
+
+    def extract(self, mod: tvm.IRModule, asm: str | None = None) -> CPUFeatures:
+        """Features of a scheduled module; raises AsmParseError or a TVM error when it cannot be analysed."""
+        tree = LoopTree.from_mod(mod)
+        text = asm if asm is not None else self.assembly(mod)
+        _, _, counts = analyze_asm(text, self.arch, tree.preorder())
+        speedup, launches = parallel_speedup(tree, self.spec.cores)
+        par_cycles = ser_cycles = 0.0
+        par_blocks = [b for b in counts.blocks if b.parallel]
+        ser_blocks = [b for b in counts.blocks if not b.parallel]
+        if par_blocks:
+            par_cycles = self.scheduler.program_cycles(par_blocks)
+        if ser_blocks:
+            ser_cycles = self.scheduler.program_cycles(ser_blocks)
+        par_share = par_cycles / (par_cycles + ser_cycles) if par_cycles + ser_cycles > 0 else 0.0
+        scale = (1 - par_share) + par_share / speedup  # per-core fraction of program-wide counts
+        fma = counts.get("vec_fma")
+        vec_mem = counts.get("vec_load") + counts.get("vec_store") + counts.get("broadcast") + counts.get("vec_move")
+        scalar = counts.total - fma - vec_mem
+        moved = data_movement(tree, self.spec, counter=self.footprints)
+        compulsory = float(sum(moved.footprint_lines.values()))
+        values = (
+            ser_cycles + par_cycles / speedup,
+            fma * scale,
+            vec_mem * scale,
+            scalar * scale,
+            moved.lines("L1") * scale,
+            moved.lines("L2") * scale,
+            compulsory,
+            float(launches),
+        )
+        return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
+                           fallbacks=counts.fallbacks + moved.stats.fallbacks)
+
+
+__all__ = ["FEATURE_NAMES", "AsmParseError", "CPUFeatureExtractor", "CPUFeatures", "parallel_speedup"]

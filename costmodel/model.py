@@ -1,0 +1,187 @@
+"""`StaticCostModel`: estimated latency in seconds from static features, never running a candidate.
+
+CPU: seconds = (sum_i a_i * f_i) / frequency, with the per-core features of `cpu_features` and the
+coefficients a_i of the target's architecture read from a data file (`coefficients/*.json`), where each
+file states its origin. NVIDIA: per kernel, cycles = max(compute, memory) issue work spread over the SMs
+and the resident warps, times the waves, plus exposed load latency; kernels add up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+
+from ..annotate.candidate import Candidate
+from ..errors import InvalidCandidateError
+from ..target import HardwareSpec, resolve_target
+from ..task import Task
+from .base import CostModel
+from .cpu_features import FEATURE_NAMES, CPUFeatureExtractor, CPUFeatures, parallel_speedup
+from .datamove import DataMoveConfig, data_movement, default_counter
+from .looptree import LoopNode, LoopTree, StmtLeaf
+
+log = logging.getLogger(__name__)
+
+COEFF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coefficients")
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Per-feature weights (cycles per unit of feature) for one architecture, with their origin."""
+
+    arch: str
+    values: dict[str, float]
+    origin: str
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str) -> Coefficients:
+        with open(path) as f:
+            data = json.load(f)
+        missing = [n for n in FEATURE_NAMES if n not in data["coefficients"]]
+        if missing:
+            raise ValueError(f"{path}: coefficients missing for features {missing}")
+        return cls(data["arch"], {k: float(v) for k, v in data["coefficients"].items()}, data["origin"],
+                   {k: v for k, v in data.items() if k not in ("arch", "coefficients", "origin")})
+
+    def save(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"arch": self.arch, "origin": self.origin, "coefficients": self.values, **self.extra}, f,
+                      indent=1)
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.values[n] for n in FEATURE_NAMES])
+
+
+def default_coefficients_path(spec: HardwareSpec) -> str:
+    """The shipped file for the spec's architecture: a calibrated one if present, else the defaults."""
+    for name in (f"{spec.arch}-calibrated.json", f"{spec.arch}-default.json"):
+        path = os.path.join(COEFF_DIR, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"no coefficients file for architecture {spec.arch!r} in {COEFF_DIR}")
+
+
+def _vector_lanes_used(leaf_path: list[LoopNode], lanes: int) -> int:
+    inner = leaf_path[-1] if leaf_path else None
+    if inner is not None and inner.kind == "vectorized":
+        return max(1, min(inner.extent, lanes))
+    return 1
+
+
+def prescore_cycles(tree: LoopTree, spec: HardwareSpec, coeffs: Coefficients, counter=None) -> float:
+    """A TIR-only estimate in cycles: arithmetic over the vector lanes actually used, plus data movement."""
+    lanes = spec.vector_lanes(32)
+    compute = 0.0
+
+    def visit(node, path: list[LoopNode]) -> None:
+        nonlocal compute
+        if isinstance(node, StmtLeaf):
+            ops = sum(node.ops.values()) or 1
+            compute += node.trips * ops / _vector_lanes_used(path, lanes)
+            return
+        children = getattr(node, "children", ())
+        new_path = path + [node] if isinstance(node, LoopNode) else path
+        for child in children:
+            visit(child, new_path)
+
+    for root in tree.roots:
+        visit(root, [])
+    speedup, launches = parallel_speedup(tree, spec.cores)
+    moved = data_movement(tree, spec, counter=counter)
+    c = coeffs.values
+    return (compute / max(1, spec.fma_units) / speedup
+            + (c["l1_lines"] * moved.lines("L1") + c["l2_lines"] * moved.lines("L2")) / speedup
+            + c["mem_lines"] * sum(moved.footprint_lines.values()) + c["parallel_launches"] * launches)
+
+
+def gpu_cycles(features: Sequence, spec: HardwareSpec) -> float:
+    """Cycles of a CUDA program from its kernels' PTX/ptxas features (uncalibrated, see module doc)."""
+    total = 0.0
+    for k in features:
+        if k.occupancy <= 0 or k.threads_per_block > spec.max_threads_per_block:
+            return math.inf
+        warps = math.ceil(k.threads_per_block / spec.warp_size)
+        resident = max(1, k.blocks_per_sm) * warps  # warps one SM interleaves
+        issue = k.issue_cycles * warps * max(1, k.blocks_per_sm) / 4.0  # four schedulers per SM
+        latency = (k.work_cycles + k.exposed_load_cycles) / max(1.0, resident / 4.0)
+        shared = k.shared_ops_adjusted * warps * max(1, k.blocks_per_sm) / 4.0
+        dram = (k.global_load_bytes + k.global_store_bytes) * k.threads / (spec.sm_count * 64.0)
+        per_wave = max(issue, latency, shared)
+        total += per_wave * max(1.0, math.ceil(k.waves)) + dram / max(1.0, k.waves)
+    return total
+
+
+class StaticCostModel(CostModel):
+    """Tuna-style static cost model for CPU (x86, AArch64) and NVIDIA targets; predicts seconds."""
+
+    def __init__(self, target: str | dict | tvm.target.Target, coefficients: str | Coefficients | None = None,
+                 spec: HardwareSpec | None = None):
+        self.target, self.spec = resolve_target(target, spec)
+        self.is_gpu = self.spec.is_gpu
+        self.failures: Counter[str] = Counter()
+        if self.is_gpu:
+            self.coefficients = None
+            self._cpu = None
+        else:
+            if not isinstance(coefficients, Coefficients):
+                coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec))
+            self.coefficients = coefficients
+            self._cpu = CPUFeatureExtractor(self.target, self.spec)
+        self._counter = default_counter(DataMoveConfig())
+
+    def features(self, task: Task, candidate: Candidate) -> CPUFeatures:
+        """CPU features of one candidate (raises on a candidate that cannot be built or analysed)."""
+        if self._cpu is None:
+            raise ValueError("features() is for CPU targets; use gpu_features for CUDA")
+        return self._cpu.extract(candidate.to_mod())
+
+    def seconds_from_features(self, feats: CPUFeatures) -> float:
+        cycles = float(np.dot(self.coefficients.vector(), np.asarray(feats.values)))
+        return cycles / (self.spec.freq_ghz * 1e9)
+
+    def _predict_one(self, task: Task, cand: Candidate) -> float:
+        try:
+            mod = cand.to_mod()
+            if self.is_gpu:
+                from .gpu_features import extract_gpu_features
+
+                cycles = gpu_cycles(extract_gpu_features(mod, self.target, self.spec), self.spec)
+                return cycles / (self.spec.freq_ghz * 1e9)
+            return self.seconds_from_features(self._cpu.extract(mod))
+        except InvalidCandidateError as err:
+            self._fail("replay", err)
+        except Exception as err:  # noqa: BLE001 - any build/analysis failure is an invalid score, counted
+            self._fail(type(err).__name__, err)
+        return math.inf
+
+    def _fail(self, kind: str, err: BaseException) -> None:
+        self.failures[kind] += 1
+        log.info("candidate scored invalid (%s): %s", kind, str(err).strip().splitlines()[-1][:200] if str(err) else kind)
+
+    def predict(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
+        return np.array([self._predict_one(task, c) for c in candidates], dtype=np.float64)
+
+    def prescore(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
+        """TIR-only estimate (no code generation); CUDA falls back to the full score."""
+        if self.is_gpu:
+            return self.predict(task, candidates)
+        out = []
+        for cand in candidates:
+            try:
+                tree = LoopTree.from_mod(cand.to_mod())
+                out.append(prescore_cycles(tree, self.spec, self.coefficients, self._counter)
+                           / (self.spec.freq_ghz * 1e9))
+            except Exception as err:  # noqa: BLE001 - counted like a full-score failure
+                self._fail("prescore:" + type(err).__name__, err)
+                out.append(math.inf)
+        return np.array(out, dtype=np.float64)

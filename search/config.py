@@ -1,0 +1,60 @@
+"""Tunable parameters of the search strategies, the parallel scorer and the tuning loop, with their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """Ansor-style evolutionary search: parents from the best scored candidates, children by mutation/crossover."""
+
+    population: int = 64  # parent pool: the best scored candidates so far
+    eps_greedy: float = 0.05  # share of children that are fresh random samples
+    mutation_prob: float = 0.85  # share of the other children made by mutation; the rest by crossover
+    repeat_mutation_prob: float = 0.3  # after each mutation, another one with this probability
+    max_attempts: int = 32  # tries to make one unseen child before falling back to a random sample
+
+
+@dataclass(frozen=True)
+class CMAESConfig:
+    """CMA-ES over a sketch's decision encoding, one distribution per sketch, restarted when it stalls."""
+
+    sigma0: float = 0.25  # initial step size in the [0, 1] encoding
+    restart_sigma: float = 0.3
+    popsize: int | None = None  # None: cma's default 4 + 3 ln(d)
+    popsize_growth: float = 2.0  # IPOP: population factor at each restart
+    max_popsize: int = 64
+    stall_generations: int = 8  # generations without a better candidate before a restart
+    duplicate_generations: int = 3  # generations in a row with no unseen candidate before a restart
+    max_generations_per_call: int = 64  # bound on generations asked in one propose call
+    restart_from_best_prob: float = 0.5  # a restart starts from the sketch's best (else from a random sample)
+
+
+@dataclass(frozen=True)
+class PortfolioConfig:
+    """Split of each round between the strategies, by their improvements of the best over recent rounds."""
+
+    window: int = 6  # rounds of gains remembered per strategy
+    min_share: float = 0.2  # every strategy keeps at least this share of a round
+
+
+@dataclass(frozen=True)
+class ScorerConfig:
+    """Parallel scoring on Ray actors: batch size, batches in flight, time limits and restarts."""
+
+    batch_size: int = 4
+    in_flight_per_worker: int = 2
+    timeout_s_per_candidate: float = 60.0  # a batch that runs longer than this times its size is a hang
+    startup_timeout_s: float = 180.0  # for a new actor to import TVM and build its cost model
+    max_failed_starts: int = 3  # consecutive actor start failures before giving up
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """The tuning loop: round size, budget defaults, prescore filtering and the final check."""
+
+    default_trials: int = 256  # when neither trials nor seconds is given
+    round_size: int = 32  # candidates fully scored per round (strategies learn between rounds)
+    prescore_oversample: int = 4  # candidates proposed per slot when the model has a cheaper prescore
+    check_attempts: int = 8  # candidates tried, best first, until one passes the numeric check

@@ -1,0 +1,141 @@
+"""Scorers run a cost model over batches of candidates and say why a candidate is invalid.
+
+`LocalScorer` scores in this process (no isolation: for tests and debugging); `RayScorer` (ray_scorer.py)
+scores on crash-isolated Ray actors. Both build their cost model from a `CostModelSpec`.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tvm.target import Target
+
+from ..annotate.candidate import Candidate
+from ..costmodel.base import CostModel
+from ..errors import InvalidCandidateError
+from ..task import Task
+
+log = logging.getLogger(__name__)
+
+# None: the static cost model of the task's target; a CostModel instance; or a factory called with the target
+CostModelSpec = CostModel | Callable[[Target], CostModel] | None
+KINDS = ("predict", "prescore")
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Predicted seconds per candidate (inf = invalid) and, for each invalid one, the reason."""
+
+    seconds: np.ndarray
+    reasons: list[str | None]
+
+    @classmethod
+    def concat(cls, parts: Sequence[Scores]) -> Scores:
+        if not parts:
+            return cls(np.zeros(0), [])
+        return cls(np.concatenate([p.seconds for p in parts]), [r for p in parts for r in p.reasons])
+
+
+def build_cost_model(spec: CostModelSpec, target: Target) -> CostModel:
+    """The cost model a spec describes, built for `target`."""
+    if spec is None:
+        from ..costmodel.model import StaticCostModel
+
+        return StaticCostModel(target)
+    if isinstance(spec, CostModel):
+        return spec
+    model = spec(target)
+    if not isinstance(model, CostModel):
+        raise TypeError(f"cost model factory returned {type(model).__name__}, not a CostModel")
+    return model
+
+
+def model_class(spec: CostModelSpec) -> type | None:
+    """The CostModel class a spec builds, when it can be told without building it."""
+    if spec is None:
+        from ..costmodel.model import StaticCostModel
+
+        return StaticCostModel
+    if isinstance(spec, CostModel):
+        return type(spec)
+    if isinstance(spec, functools.partial):
+        spec = spec.func
+    return spec if isinstance(spec, type) and issubclass(spec, CostModel) else None
+
+
+def has_cheap_prescore(spec: CostModelSpec) -> bool:
+    """Whether the model overrides `prescore` (else prescoring would only repeat `predict`)."""
+    cls = model_class(spec)
+    return cls is not None and cls.prescore is not CostModel.prescore
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def _why_invalid(cand: Candidate) -> str:
+    try:
+        cand.to_schedule()
+    except InvalidCandidateError as err:
+        return err.reason
+    return "the cost model gave no finite latency (build or analysis failed)"
+
+
+def score_with_model(model: CostModel, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
+    """Score `cands` with `model` in this process; an exception of the model costs only its candidate."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not cands:
+        return Scores(np.zeros(0), [])
+    fn = model.predict if kind == "predict" else model.prescore
+    try:
+        seconds = np.asarray(fn(task, list(cands)), dtype=np.float64).reshape(-1)
+        if seconds.shape != (len(cands),):
+            raise ValueError(f"the cost model returned {seconds.shape[0]} scores for {len(cands)} candidates")
+    except Exception as err:  # noqa: BLE001 - a model failure is the candidates' failure, never the search's
+        if len(cands) == 1:
+            log.warning("cost model failed on %s: %s", cands[0], _first_line(err))
+            return Scores(np.array([np.inf]), [f"cost model error: {_first_line(err)}"])
+        return Scores.concat([score_with_model(model, task, [c], kind) for c in cands])
+    seconds = np.where(np.isfinite(seconds) & (seconds > 0), seconds, np.inf)
+    reasons = [None if np.isfinite(s) else _why_invalid(c) for c, s in zip(cands, seconds, strict=True)]
+    return Scores(seconds, reasons)
+
+
+class Scorer(abc.ABC):
+    """Scores candidates of any task with one kind of cost model; a context manager that frees its workers."""
+
+    has_prescore: bool = False
+
+    @abc.abstractmethod
+    def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores: ...
+
+    def close(self) -> None:
+        """Release workers (nothing for an in-process scorer)."""
+
+    def __enter__(self) -> Scorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalScorer(Scorer):
+    """Scores in this process with one model per target; a crash of the model is a crash of the caller."""
+
+    def __init__(self, cost_model: CostModelSpec = None):
+        self.spec = cost_model
+        self.has_prescore = has_cheap_prescore(cost_model)
+        self._models: dict[str, CostModel] = {}
+
+    def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
+        key = str(task.target)
+        if key not in self._models:
+            self._models[key] = build_cost_model(self.spec, task.target)
+        return score_with_model(self._models[key], task, cands, kind)

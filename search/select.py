@@ -1,0 +1,85 @@
+"""Choose the candidate to hand out: optionally measure the top-k, then check it against the unscheduled program."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import tvm
+
+from ..annotate.candidate import Candidate
+from ..errors import DrytuneError
+from ..measure import measure
+from ..task import Task
+from ..verify import check_candidate, random_inputs, run_module
+from .strategy import Archive
+
+log = logging.getLogger(__name__)
+
+
+class SearchError(DrytuneError):
+    """The search found no candidate that is valid and passes the check."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    best: Candidate
+    predicted: float
+    measured: float | None
+    measured_top: list[tuple[Candidate, float, float]]  # (candidate, predicted, measured seconds; inf = failed)
+    check: str  # how `best` was checked
+
+
+def runs_here(target: tvm.target.Target) -> bool:
+    """Whether code for `target` runs on this CPU (same architecture, no CPU feature this one lacks)."""
+    if target.kind.name != "llvm":
+        return False
+    from tvm.target import codegen
+
+    triple = str(dict(target.attrs).get("mtriple", "")) or str(codegen.llvm_get_system_triple())
+    host = tvm.target.Target({"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())})
+    if triple.split("-")[0] != str(codegen.llvm_get_system_triple()).split("-")[0]:
+        return False
+    wanted = {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    return wanted <= {str(f) for f in codegen.llvm_get_cpu_features(host)}
+
+
+def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, attempts: int = 8) -> Selection:
+    """The best candidate that passes the check, by measured time among the verified top-k, else by prediction.
+
+    The check compares the output with the unscheduled program's when the target runs on this CPU; otherwise
+    (GPU, other architectures) the candidate must at least build. Raises `SearchError` if none of the
+    `attempts` best candidates passes.
+    """
+    top = archive.top(max(attempts, verify_top_k))
+    if not top:
+        raise SearchError(f"no valid candidate was found for task {task.name!r}")
+    local = runs_here(task.target)
+    order = list(top)
+    measured_top: list[tuple[Candidate, float, float]] = []
+    if verify_top_k > 0:
+        if local:
+            head = top[:verify_top_k]
+            times = measure(task, [c for c, _ in head], check=True)
+            measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
+            ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])
+            order = [(c, p) for c, p, _ in ranked] + [x for x in top if x[0] not in {c for c, _, _ in ranked}]
+        else:
+            log.warning("verify_top_k: target %s does not run on this machine; not measured", task.target.kind.name)
+    measured = {c.key: t for c, _, t in measured_top}
+    reference = run_module(task.mod, task, random_inputs(task)) if local else None
+    for cand, predicted in order:
+        try:
+            if reference is not None:
+                check_candidate(task, cand, reference=reference)
+                how = "output matches the unscheduled program"
+            else:
+                tvm.compile(cand.to_mod(), target=task.target)
+                how = "built (the target does not run here)"
+        except (DrytuneError, tvm.TVMError) as err:
+            log.warning("best candidate %s failed the check (%s); trying the next", cand, err)
+            continue
+        t = measured.get(cand.key)
+        return Selection(cand, predicted, t if t is not None and math.isfinite(t) else None, measured_top, how)
+    raise SearchError(f"none of the {len(order)} best candidates of task {task.name!r} passed the check")

@@ -1,0 +1,108 @@
+"""`tune(task, ...)`: search one task's space with the static cost model and return its best checked schedule."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from ..annotate.candidate import Candidate
+from ..records import RECORD_FILE, RecordStore
+from ..task import Task
+from .config import TuneConfig
+from .scorer import CostModelSpec, LocalScorer, Scorer
+from .select import select_best
+from .tuner import CurvePoint, TaskTuner
+
+
+@dataclass
+class TuneResult:
+    """The outcome of `tune`: the best candidate and its predicted (and, if verified, measured) seconds."""
+
+    task: Task
+    best: Candidate
+    predicted: float
+    measured: float | None
+    curve: list[CurvePoint]  # (seconds into the run, trials, best predicted seconds) after every round
+    trials: int  # candidates scored in this run
+    resumed: int  # records of earlier runs read back from work_dir
+    invalid: list[tuple[Candidate, str]]  # candidates the cost model rejected, with the reason
+    measured_top: list[tuple[Candidate, float, float]]  # verify_top_k: (candidate, predicted, measured)
+    check: str  # how `best` was checked
+    records_path: str | None
+    strategy: str
+
+    def __repr__(self) -> str:
+        measured = f", measured={self.measured:.4g}s" if self.measured is not None else ""
+        return (f"TuneResult({self.task.name!r}, predicted={self.predicted:.4g}s{measured}, trials={self.trials}, "
+                f"resumed={self.resumed}, invalid={len(self.invalid)})")
+
+
+def tune(
+    task: Task,
+    *,
+    trials: int | None = None,
+    seconds: float | None = None,
+    strategy: str = "portfolio",
+    work_dir: str | None = None,
+    cost_model: CostModelSpec = None,
+    verify_top_k: int = 0,
+    ray_address: str | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    scorer: Scorer | None = None,
+    config: TuneConfig | None = None,
+) -> TuneResult:
+    """Tune `task` for `trials` scored candidates and/or `seconds` (default: `TuneConfig.default_trials`).
+
+    Candidates are scored by `cost_model` (default: the static model of the task's target) on Ray actors:
+    an embedded local Ray with `num_workers` actors (default one per CPU), or the cluster at `ray_address` /
+    $RAY_ADDRESS; `num_workers=0` scores in this process without isolation. With `work_dir`, every valid
+    candidate is appended to its MetaSchedule JSON database as found, and a rerun resumes from it, never
+    proposing a recorded candidate again (the budget counts this run's candidates). With `verify_top_k`, the
+    k best predictions are measured on this CPU and the fastest wins. The returned best is checked against
+    the unscheduled program (or built, for targets that do not run here); if it fails, the next best is.
+    """
+    from tqdm import tqdm
+
+    config = config or TuneConfig()
+    if trials is None and seconds is None:
+        trials = config.default_trials
+    start = time.perf_counter()
+    own_scorer = scorer is None
+    if scorer is None:
+        if num_workers == 0:
+            scorer = LocalScorer(cost_model)
+        else:
+            from .ray_scorer import RayScorer
+
+            scorer = RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+    store = RecordStore(work_dir) if work_dir is not None else None
+    try:
+        tuner = TaskTuner(task, scorer, strategy=strategy, store=store, seed=seed, config=config)
+        tuner.start = start
+        total = trials if trials is not None else math.ceil(seconds)
+        with tqdm(total=total, disable=not progress, unit="cand" if trials is not None else "s",
+                  desc=f"tune {task.name}", leave=False) as bar:
+            while True:
+                elapsed = time.perf_counter() - start
+                left = trials - tuner.trials if trials is not None else config.round_size
+                if left <= 0 or (seconds is not None and elapsed >= seconds):
+                    break
+                done = tuner.round(min(config.round_size, left))
+                if done == 0:
+                    break  # the space is exhausted
+                bar.update(done if trials is not None else min(total, round(time.perf_counter() - start)) - bar.n)
+                bar.set_postfix(best=f"{tuner.archive.best_seconds:.3g}s")
+    finally:
+        if own_scorer:
+            scorer.close()
+    chosen = select_best(task, tuner.archive, verify_top_k=verify_top_k, attempts=config.check_attempts)
+    return TuneResult(
+        task=task, best=chosen.best, predicted=chosen.predicted, measured=chosen.measured, curve=tuner.curve,
+        trials=tuner.trials, resumed=tuner.resumed, invalid=tuner.invalid, measured_top=chosen.measured_top,
+        check=chosen.check, records_path=os.path.join(work_dir, RECORD_FILE) if work_dir is not None else None,
+        strategy=tuner.strategy.name,
+    )

@@ -1,0 +1,150 @@
+"""List scheduler: dependence chains, pipes, issue width, window, memory order, tables, real builds."""
+
+import dataclasses
+import json
+
+import pytest
+import tvm
+from drytune.costmodel import asm, listsched
+from drytune.costmodel.listsched import ListScheduler, SchedConfig, TableError, load_table
+from drytune.target import resolve_target
+from tvm import s_tir, te
+
+SKX_SPEC = resolve_target("x86-avx512")[1]
+N1_SPEC = resolve_target("aarch64")[1]
+
+
+def x86(*lines: str) -> list[asm.Instruction]:
+    return [asm.parse_instruction(line, "x86") for line in lines]
+
+
+def skx(config: SchedConfig | None = None, **spec_changes) -> ListScheduler:
+    spec = dataclasses.replace(SKX_SPEC, **spec_changes)
+    return ListScheduler(load_table("x86", "skylake-x"), spec, config)
+
+
+def _fma_entry() -> dict:
+    data = json.loads((listsched.TABLE_DIR / "x86.json").read_text())
+    return data["profiles"]["skylake-x"]["classes"]["vec_fma"]
+
+
+def test_dependent_fmas_take_three_latencies():
+    lat = _fma_entry()["latency"]
+    chain = x86(*["vfmadd231ps\t%zmm1, %zmm2, %zmm0"] * 3)  # each reads the accumulator zmm0
+    assert skx().block_cycles(chain) == 3 * lat
+
+
+def test_independent_fmas_overlap_on_the_fma_pipes():
+    entry = _fma_entry()
+    independent = x86(*[f"vfmadd231ps\t%zmm1, %zmm2, %zmm{r}" for r in (3, 4, 5)])
+    # the pool sustains one FMA per reciprocal throughput: the third starts 2 * rthroughput after the first
+    assert skx().block_cycles(independent) == entry["latency"] + 2 * entry["rthroughput"]
+    assert skx().block_cycles(independent) < skx().block_cycles(x86(*["vfmadd231ps\t%zmm1, %zmm2, %zmm0"] * 3))
+
+
+def test_issue_width_and_pipes_bound_independent_alu_ops():
+    adds = x86(*[f"addq\t$1, %r{n}" for n in range(8, 16)] + ["addq\t$1, %rax", "addq\t$1, %rbx",
+                                                               "addq\t$1, %rcx", "addq\t$1, %rdx"])
+    # 12 one-cycle ops on 4 ALU pipes: 3 cycles (the flags they all write only order their starts)
+    assert skx().block_cycles(adds) == 3
+    assert skx(issue_width=2).block_cycles(adds) == 6
+
+
+def test_false_dependences_order_a_write_after_a_read():
+    table = load_table("x86", "skylake-x")
+    block = x86("vmovups\t(%rdi), %zmm8",
+                "vaddps\t%zmm8, %zmm1, %zmm2",   # reads zmm1 once the load is done
+                "vmulps\t%zmm5, %zmm5, %zmm1",   # overwrites zmm1: WAR with the add
+                "vaddps\t%zmm1, %zmm1, %zmm3")
+    load, add, mul = (table.timing(block[i])[0].latency for i in (0, 1, 2))
+    without = skx(SchedConfig(false_dependences=False)).block_cycles(block)
+    assert without == load + add
+    assert skx().block_cycles(block) == load + mul + add
+
+
+def test_reorder_window_of_one_serialises_everything():
+    lat = _fma_entry()["latency"]
+    independent = x86(*[f"vfmadd231ps\t%zmm1, %zmm2, %zmm{r}" for r in (3, 4, 5)])
+    assert skx(SchedConfig(window=1)).block_cycles(independent) == 3 * lat
+
+
+def test_loads_wait_for_stores_to_the_same_base_register():
+    table = load_table("x86", "skylake-x")
+    same = x86("vmovups\t%zmm0, (%rdi)", "vmovups\t64(%rdi), %zmm1")
+    other = x86("vmovups\t%zmm0, (%rdi)", "vmovups\t64(%rsi), %zmm1")
+    load_lat = table.timing(other[1])[0].latency
+    assert skx().block_cycles(other) == load_lat
+    assert skx().block_cycles(same) == table.store_forward + load_lat
+    assert skx(SchedConfig(memory_dependences=False)).block_cycles(same) == load_lat
+
+
+def test_folded_load_adds_its_latency_to_the_operation():
+    table = load_table("x86", "skylake-x")
+    folded = x86("vfmadd231ps\t(%rax){1to16}, %zmm1, %zmm0")
+    t, load = table.timing(folded[0])
+    assert load is not None and skx().block_cycles(folded) == load.latency + t.latency
+
+
+def test_register_broadcast_uses_shuffle_timing_and_cache_and_cap():
+    table = load_table("x86", "skylake-x")
+    bc = x86("vbroadcastss\t%xmm0, %zmm1")[0]
+    assert table.timing(bc)[0].resource == "shuffle"
+    sched = skx(SchedConfig(max_block_instructions=8))
+    long_block = x86(*[f"addq\t$1, %r{8 + n % 8}" for n in range(64)])
+    capped = sched.block_cycles(long_block)
+    assert capped == sched.block_cycles(long_block[:8]) * 8  # scaled by length
+    assert sched.block_cycles(long_block) == capped  # cached
+
+
+def test_tables_have_sources_and_every_class():
+    for arch in ("x86", "aarch64"):
+        data = json.loads((listsched.TABLE_DIR / f"{arch}.json").read_text())
+        assert data["_source"]
+        for name, prof in data["profiles"].items():
+            assert prof["_source"]
+            assert set(prof["classes"]) == set(asm.CLASSES)
+            load_table(arch, name)
+    assert listsched.profile_for(N1_SPEC) == "neoverse-n1"
+    assert listsched.profile_for(SKX_SPEC) == "skylake-x"
+    assert listsched.profile_for(SKX_SPEC, cpu="znver4") == "zen4"
+    with pytest.raises(TableError):
+        load_table("riscv")
+    with pytest.raises(TableError):
+        load_table("x86", "pentium")
+
+
+M = N = K = 64
+
+
+def _matmul_asm_counts():
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((K, N), "float32", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    i, j, kk = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 8])
+    sch.reorder(i0, j0, kk, i1, j1)
+    sch.vectorize(j1)
+    sch.unroll(i1)
+    sch.decompose_reduction(sch.get_sblock("C"), kk)
+    target, _ = resolve_target("aarch64")
+    text = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+    prog = asm.parse_asm(text, "aarch64")
+    return asm.count_instructions(prog, asm.map_loops(prog, []))
+
+
+def test_program_cycles_of_an_aarch64_build():
+    counts = _matmul_asm_counts()
+    sched = ListScheduler.for_spec(N1_SPEC)
+    assert sched.table.profile == "neoverse-n1"
+    total = sched.program_cycles(counts)
+    by_hand = sum(sched.block_cycles(b.block.instructions) * b.executions for b in counts.blocks
+                  if b.executions)
+    assert total == pytest.approx(by_hand)
+    # no faster than the FMA pipes allow
+    fma = sched.table.timing(asm.parse_instruction("fmla\tv0.4s, v1.4s, v2.4s", "aarch64"))[0]
+    assert total >= counts.get(asm.VEC_FMA) * fma.occupancy / sched.table.resources[fma.resource]
+    steady = ListScheduler.for_spec(N1_SPEC, SchedConfig(steady_state=True)).program_cycles(counts)
+    assert 0 < steady <= total
