@@ -8,6 +8,7 @@ from .annotate.candidate import Candidate
 from .errors import DrytuneError, InvalidCandidateError, UnsupportedProgramError
 from .measure import measure, measure_modules
 from .records import RecordStore
+from .search.tune import TuneResult, tune
 from .sketch.config import SpaceConfig
 from .sketch.rules import SketchRule, Verdict, default_rules
 from .sketch.sketch import Hole, Sketch
@@ -29,6 +30,7 @@ __all__ = [
     "SketchRule",
     "SpaceConfig",
     "Task",
+    "TuneResult",
     "UnsupportedProgramError",
     "Verdict",
     "default_rules",
@@ -36,4 +38,5 @@ __all__ = [
     "measure_modules",
     "resolve_target",
     "spec_for",
+    "tune",
 ]

@@ -1,4 +1,4 @@
-"""Command line of drytune: `drytune ops`, `drytune space OP` (more commands arrive with search and networks)."""
+"""Command line of drytune: `drytune ops`, `drytune space OP`, `drytune tune-op OP` (networks arrive later)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,29 @@ def _cmd_space(args: argparse.Namespace) -> int:
     return 0 if not failures else 1
 
 
+def _cmd_tune_op(args: argparse.Namespace) -> int:
+    import logging
+
+    from . import workloads
+    from .search import tune
+    from .task import Task
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    wl = workloads.small(args.op) if args.small else workloads.get(args.op)
+    task = Task.from_prim_func(wl.prim_func(), args.target, name=args.op)
+    result = tune(task, trials=args.trials, seconds=args.seconds, strategy=args.strategy, work_dir=args.work_dir,
+                  verify_top_k=args.verify_top_k, ray_address=args.ray_address, num_workers=args.num_workers,
+                  seed=args.seed, progress=not args.quiet)
+    gflops = task.flops / result.predicted / 1e9
+    print(f"{task}: best predicted latency {result.predicted * 1e3:.4g} ms ({gflops:.3g} GFLOP/s) after "
+          f"{result.trials} trials ({result.resumed} resumed, {len(result.invalid)} invalid), {result.strategy}")
+    if result.measured is not None:
+        print(f"measured latency of the best: {result.measured * 1e3:.4g} ms")
+    print(f"check: {result.check}")
+    print(f"records: {result.records_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="drytune", description="Static auto-scheduling of tensor programs.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -69,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="only build; by default CPU candidates are also run and compared with the unscheduled program")
     p.set_defaults(func=_cmd_space)
+    p = sub.add_parser("tune-op", help="tune one operator of the suite with the static cost model")
+    p.add_argument("op", help="suite operator name (see `drytune ops`)")
+    p.add_argument("--target", default="llvm", help="short name (llvm, x86-avx512, aarch64, cuda-sm90...)")
+    p.add_argument("--trials", type=int, default=None, help="candidates to score in this run")
+    p.add_argument("--seconds", type=float, default=None, help="time budget (with --trials: whichever ends first)")
+    p.add_argument("--strategy", default="portfolio", choices=("portfolio", "evolutionary", "cmaes", "random"))
+    p.add_argument("--work-dir", default="drytune-work", help="records (MetaSchedule JSON database); reruns resume")
+    p.add_argument("--verify-top-k", type=int, default=0, help="measure the k best predictions on this CPU")
+    p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: $RAY_ADDRESS or local Ray)")
+    p.add_argument("--num-workers", type=int, default=None,
+                   help="scoring actors (default: one per CPU; 0: score in this process)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--small", action="store_true", help="use the operator's small test shape")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_tune_op)
     return ap
 
 

@@ -11,12 +11,14 @@ footprint above the cache. A fused loop is analysed as the nest of the loops it 
 digits), which also makes the floordiv/floormod of fused indices affine. Only buffers in global memory
 are analysed ("local"/"shared" scopes are registers or scratchpads, not cached).
 
-Footprints are exact. Accesses are renamed canonically (equal images compare equal) and a union covered
-by one full box is that box; a single separable affine access has a closed form (product over buffer
-dimensions of distinct values, the row-contiguous suffix mapped to lines by floor division); everything
-else (unions, coupled dimensions, remaining floordiv/floormod, guards) is counted by isl (`count_val`),
-bounded by an operation limit. Non quasi-affine indices (kept as a box of their range inside isl) and isl
-failures fall back to conservative estimates, counted in `FootprintStats` and logged.
+Footprints are exact. Accesses are renamed canonically (equal images compare equal), a union covered by
+one full box is that box, and floordiv/floormod are made affine where exact (mixed-radix digits, dense
+split arguments as one variable). A single separable affine access then has a closed form (product over
+buffer dimensions of distinct values, the row-contiguous suffix mapped to lines by floor division); other
+queries (unions, coupled dimensions, remaining floordiv/floormod, guards) are enumerated with numpy when
+their domain is small, and counted by isl (`count_val`, bounded by an operation limit) otherwise.
+Non quasi-affine indices (a box of their range inside isl) and isl failures fall back to conservative
+estimates, counted in `FootprintStats` and logged. Footprints are cached per process across candidates.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ import logging
 import math
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import islpy as isl
 import numpy as np
 
 from ..target import HardwareSpec
-from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf
+from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf, make_divmod
 
 __all__ = [
     "DataMoveConfig",
@@ -59,6 +61,7 @@ class DataMoveConfig:
     # 9.5k, ~1 ms); a union with nested floordiv/floormod took 50k operations and 0.8 s.
     max_isl_operations: int = 100_000
     max_enum_values: int = 1 << 20  # largest value range enumerated by the closed form
+    max_enum_points: int = 1 << 16  # iteration points below which a footprint is enumerated (numpy), not isl
     cache_entries: int = 200_000  # footprint results kept per process
     levels: tuple[str, ...] = ("L1", "L2")
 
@@ -120,6 +123,7 @@ class FootprintStats:
     queries: int = 0
     cache_hits: int = 0
     closed_form: int = 0
+    enumerated: int = 0
     isl: int = 0
     fallbacks: int = 0
     fallback_reasons: Counter = field(default_factory=Counter)
@@ -129,6 +133,7 @@ class FootprintStats:
             self.queries - before.queries,
             self.cache_hits - before.cache_hits,
             self.closed_form - before.closed_form,
+            self.enumerated - before.enumerated,
             self.isl - before.isl,
             self.fallbacks - before.fallbacks,
             self.fallback_reasons - before.fallback_reasons,
@@ -139,6 +144,7 @@ class FootprintStats:
             self.queries,
             self.cache_hits,
             self.closed_form,
+            self.enumerated,
             self.isl,
             self.fallbacks,
             Counter(self.fallback_reasons),
@@ -180,6 +186,8 @@ class FootprintCounter:
     def _count_method(self, method: str, reason: str, logged: bool) -> None:
         if method == "closed_form":
             self.stats.closed_form += 1
+        elif method == "enumerated":
+            self.stats.enumerated += 1
         elif method == "isl":
             self.stats.isl += 1
         if reason:
@@ -196,10 +204,23 @@ class FootprintCounter:
         if engine == "box":
             return _box_count(layout, accs, ext), "box", ""
         if engine == "auto" and not opaque:
+            simple, ext = set(), dict(ext)
+            for a in accs:
+                got, more = simplify_access(a, ext)
+                if got is not None:
+                    simple.add(got)
+                    ext.update(more)
+            accs = frozenset(simple)
+            if not accs:
+                return 0, "closed_form", ""
+        if engine == "auto" and not opaque:
             cover = _covering_box(list(accs), ext) if len(accs) > 1 else None
             got = _closed_form(layout, frozenset([cover]) if cover else accs, ext, self.config.max_enum_values)
             if got is not None:
                 return got, "closed_form", ""
+            points = sum(math.prod(ext[v] for v in _access_vars(a)) for a in accs)
+            if points <= self.config.max_enum_points:
+                return _enumerate(layout, accs, ext), "enumerated", ""
         try:
             got = self._isl_count(layout, accs, ext)
         except Exception as err:  # isl.Error, or anything unexpected from islpy: never fail the caller
@@ -302,6 +323,39 @@ def _closed_form(layout: LineLayout, accs: frozenset[SpecAccess], ext: Mapping[s
     return total
 
 
+def _access_vars(acc: SpecAccess) -> set[str]:
+    return {v for e in (*acc[0], *acc[1]) for v in e.loop_vars()}
+
+
+def _eval_np(e: IndexExpr, grid: Mapping[str, np.ndarray]) -> np.ndarray | int:
+    out: np.ndarray | int = e.const
+    for t, c in e.terms:
+        if isinstance(t, str):
+            out = out + c * grid[t]
+        else:
+            a = _eval_np(t.arg, grid)
+            out = out + c * (np.floor_divide(a, t.divisor) if t.op == "floordiv" else np.mod(a, t.divisor))
+    return out
+
+
+def _enumerate(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> int:
+    """Exact count by evaluating every iteration point of every (quasi-affine) access with numpy."""
+    full_strides = [math.prod(layout.shape[d + 1 :]) for d in range(len(layout.shape))]
+    parts = []
+    for acc in accs:
+        vs = sorted(_access_vars(acc))
+        shape = [ext[v] for v in vs]
+        grid = {v: np.arange(ext[v], dtype=np.int64).reshape([-1 if j == i else 1 for j in range(len(vs))])
+                for i, v in enumerate(vs)}  # fmt: skip
+        addr = sum(s * _eval_np(e, grid) for s, e in zip(full_strides, acc[0], strict=True))
+        lines = np.broadcast_to(np.floor_divide(addr, layout.epl), shape)
+        mask = np.ones(shape, dtype=bool)
+        for c in acc[1]:
+            mask &= np.broadcast_to(_eval_np(c, grid), shape) >= 0
+        parts.append(lines[mask])
+    return int(np.unique(np.concatenate(parts)).size) if parts else 0
+
+
 def _occurrences(e: IndexExpr, out: Counter) -> None:
     for t, _ in e.terms:
         if isinstance(t, str):
@@ -349,6 +403,90 @@ def _flatten_divmods(
             const += c * off
         out.append(IndexExpr.from_terms(terms, const))
     return tuple(out), new_ext
+
+
+def _rewrite_arg(e: IndexExpr, arg: IndexExpr, repl: IndexExpr, ext: Mapping[str, int]) -> IndexExpr:
+    """e with every floordiv/floormod of `arg` taken of `repl` instead (and simplified)."""
+    out = IndexExpr.constant(e.const)
+    for t, c in e.terms:
+        if isinstance(t, str):
+            out = out.add(IndexExpr.var(t), c)
+        else:
+            inner = repl if t.arg == arg else _rewrite_arg(t.arg, arg, repl, ext)
+            out = out.add(make_divmod(t.op, inner, t.divisor, ext), c)
+    return out
+
+
+def simplify_access(acc: SpecAccess, ext: Mapping[str, int]) -> tuple[SpecAccess | None, dict[str, int]]:
+    """Make floordiv/floormod of an access affine where exact; None if its guards exclude every point.
+
+    A multi-variable argument A of floordiv/floormod (a split of a fused loop, as in cooperative fetching:
+    (f0*128 + f1*4 + f2) // 60) whose variables occur only inside A and in bounds on A, and which takes
+    every value of an interval, is one variable phi ranging over that interval (bounds applied). Then
+    variables used through floordiv/floormod are written as mixed-radix digits when their cut points chain.
+    """
+    idx, conds = acc
+    exprs = (*idx, *conds)
+    if all(e.affine for e in exprs) or any(e.is_opaque for e in exprs):
+        return acc, {}
+    new_ext = dict(ext)
+    args: list[IndexExpr] = []
+
+    def collect(e: IndexExpr) -> None:
+        for t, _ in e.terms:
+            if isinstance(t, DivMod):
+                if t.arg.affine and t.arg.terms and (len(t.arg.terms) > 1 or t.arg.terms[0][1] != 1):
+                    if t.arg not in args:
+                        args.append(t.arg)
+                else:
+                    collect(t.arg)
+
+    for e in exprs:
+        collect(e)
+    for arg in args:
+        total: Counter = Counter()
+        for e in idx:
+            _occurrences(e, total)
+        neg = tuple((v, -c) for v, c in arg.terms)
+        upper = [c for c in conds if c.terms == neg]  # K - A' >= 0, with A = A' + const
+        lower = [c for c in conds if c.terms == arg.terms]  # A' - K >= 0
+        others = [c for c in conds if c.terms not in (neg, arg.terms)]
+        for c in others:
+            _occurrences(c, total)
+        inside: Counter = Counter()
+        for e in idx:
+            _count_arg(e, arg, inside)
+        if any(total[v] != inside[v] for v in arg.loop_vars()):
+            continue
+        iv = _dense_interval(arg, new_ext)
+        if iv is None:
+            continue
+        lo, hi = iv
+        hi = min([hi, *(c.const + arg.const for c in upper)])
+        lo = max([lo, *(arg.const - c.const for c in lower)])
+        if hi < lo:
+            return None, {}
+        phi = f"~{len(new_ext)}"
+        new_ext[phi] = hi - lo + 1
+        repl = IndexExpr.var(phi, 1, lo)
+        idx = tuple(_rewrite_arg(e, arg, repl, new_ext) for e in idx)
+        conds = tuple(others)
+    exprs = (*idx, *conds)
+    _, subst = _digits_of(exprs, new_ext)
+    if subst:
+        idx = tuple(e.substitute(subst, new_ext) for e in idx)
+        conds = tuple(c.substitute(subst, new_ext) for c in conds)
+    return (idx, conds), new_ext
+
+
+def _count_arg(e: IndexExpr, arg: IndexExpr, out: Counter) -> None:
+    """Occurrences of the variables of `arg` inside floordiv/floormod terms of exactly `arg`."""
+    for t, _ in e.terms:
+        if isinstance(t, DivMod):
+            if t.arg == arg:
+                _occurrences(arg, out)
+            else:
+                _count_arg(t.arg, arg, out)
 
 
 def canonical_access(
@@ -657,16 +795,25 @@ class _Analysis:
 
 
 def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
-    """Mixed-radix digits of fused loops, so that floordiv/floormod of a fused variable become affine.
+    """Mixed-radix digits of the loops of `tree` used through floordiv/floormod (fused loops)."""
+    exprs = [e for st in tree.statements() for e in (*st.conditions, *(x for a in st.accesses for x in a.indices))]
+    return _digits_of(exprs, extents)
 
-    A loop variable f used only as f, floordiv(f, c) or floormod(f, c) (possibly nested) with cut points
-    forming a divisibility chain up to its extent is rewritten f = sum_j digit_j * cut_j; `extents` gets
-    the digit extents. Returns (loop var -> digit names, loop var -> expression over digits).
+
+def _digits_of(
+    exprs: Iterable[IndexExpr], extents: dict[str, int], only: Container[str] | None = None
+) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
+    """Mixed-radix digits of variables used through floordiv/floormod, so that those become affine.
+
+    The cut points c of the floordiv(f, c) / floormod(f, c) terms (possibly nested) of a variable f, when
+    they form a divisibility chain up to its extent, define the exact rewrite f = sum_j digit_j * cut_j
+    (for a loop, the digits iterate in the loop's order); `extents` gets the digit extents. Returns
+    (variable -> digit names, innermost first; variable -> expression over its digits).
     """
     cuts: dict[str, set[int]] = {}
-    bad: set[str] = set()
 
     def root(e: IndexExpr) -> tuple[str, int] | None:
+        """(f, base) when e is f, or a digit group of f starting at stride `base`; records the cuts."""
         if e.const != 0 or len(e.terms) != 1 or e.terms[0][1] != 1:
             return None
         t = e.terms[0][0]
@@ -682,22 +829,18 @@ def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tu
     def visit(e: IndexExpr) -> None:
         for t, _ in e.terms:
             if isinstance(t, DivMod) and root(IndexExpr(((t, 1),), 0)) is None:
-                bad.update(t.arg.loop_vars())
+                visit(t.arg)  # other uses stay floordiv/floormod over the digits
 
-    for st in tree.statements():
-        for c in st.conditions:
-            visit(c)
-        for a in st.accesses:
-            for e in a.indices:
-                visit(e)
+    for e in exprs:
+        visit(e)
     digits: dict[str, tuple[str, ...]] = {}
     subst: dict[str, IndexExpr] = {}
     for f, cs in cuts.items():
         extent = extents.get(f)
-        if f in bad or extent is None:
+        if extent is None or (only is not None and f not in only):
             continue
-        chain = sorted(c for c in cs | {extent} if c > 1)
-        if not chain or chain[-1] != extent or any(b % a for a, b in zip(chain, chain[1:], strict=False)):
+        chain = _longest_chain(cs, extent)
+        if not chain:
             continue
         names, terms, prev = [], {}, 1
         for c in chain:
@@ -709,6 +852,18 @@ def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tu
         digits[f] = tuple(names)
         subst[f] = IndexExpr.from_terms(terms, 0)
     return digits, subst
+
+
+def _longest_chain(cuts: Iterable[int], extent: int) -> list[int]:
+    """Longest c_1 | c_2 | ... | extent among the cut points (ascending, ends with the extent); other
+    floordiv/floormod terms stay as they are over the digits."""
+    cands = sorted({c for c in cuts if 1 < c < extent and extent % c == 0})
+    best: dict[int, list[int]] = {}
+    for c in cands:
+        prev = [best[p] for p in cands if p < c and c % p == 0]
+        best[c] = max(prev, key=len, default=[]) + [c]
+    tail = max(best.values(), key=len, default=[])
+    return tail + [extent] if tail else []
 
 
 def _merge(into: dict[str, list[_AccRef]], refs: dict[str, list[_AccRef]]) -> None:

@@ -610,6 +610,7 @@ class _Builder:
             annotations={str(k): _annotation_value(v) for k, v in f.annotations.items()},
             min=lo,
         )
+        node.var = self.unique(node.var)
         outer = self.bound_tags.get(tag) if tag else None
         if outer is not None:  # same threads as the enclosing loop of this tag
             node.alias_of, outer_extent = outer
@@ -617,7 +618,6 @@ class _Builder:
             conds = [IndexExpr.var(node.alias_of, -1, extent - 1)] if extent < outer_extent else []
             node.children = self.stmt(f.body, ctx.guarded(conds, nested=True) if conds else ctx.inside(1))
             return node
-        node.var = self.unique(node.var)
         self.extents[node.var] = extent
         self.env[f.loop_var] = IndexExpr.var(node.var, step, lo)
         if tag:

@@ -4,6 +4,7 @@ from .cmaes import CMAESSearch
 from .evolutionary import EvolutionarySearch
 from .portfolio import PortfolioSearch
 from .random_search import RandomSearch
+from .ray_scorer import RayScorer, ScorerError
 from .scorer import LocalScorer, Scorer, Scores
 from .select import SearchError
 from .strategy import Archive, SearchStrategy
@@ -18,7 +19,9 @@ __all__ = [
     "LocalScorer",
     "PortfolioSearch",
     "RandomSearch",
+    "RayScorer",
     "Scorer",
+    "ScorerError",
     "Scores",
     "SearchError",
     "SearchStrategy",

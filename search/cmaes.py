@@ -1,9 +1,11 @@
 """`CMAESSearch`: CMA-ES (the `cma` package) over each sketch's fixed-length decision encoding.
 
-One distribution per sketch; a sampled vector is decoded (snapped) to valid decisions and the holes under a
-violated limit are redrawn. Fitness is log(predicted seconds); a vector that decodes to a candidate already
-scored costs no trial and gets that score. A sketch's distribution restarts (IPOP: larger population) when it
-stops, stalls, or keeps producing only candidates seen before.
+One distribution per sketch; a sampled vector is decoded (snapped) to valid decisions and a violated limit
+is repaired (prime factors moved between tile levels, else the limited holes redrawn). Fitness is
+log(predicted seconds); a vector that decodes to a candidate already scored costs no trial and gets that
+score. A sketch's distribution restarts (IPOP: larger population) when it stops, stalls, or keeps producing
+only candidates seen before. The first candidates are random samples, so that each distribution starts at
+its sketch's best.
 """
 
 from __future__ import annotations
@@ -13,22 +15,25 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import cma
 import numpy as np
 
 from ..annotate.candidate import Candidate
 from ..annotate.encode import decode, dimension, encode
-from ..annotate.sample import MAX_TRIES, random_tile, sample_decisions
+from ..annotate.sample import MAX_TRIES, random_tile, repair, sample_decisions
 from ..sketch.sketch import Decision, Sketch
 from ..space import SearchSpace
 from .config import CMAESConfig
 from .strategy import Archive, SearchStrategy
 
 
-def repair(sketch: Sketch, decisions: dict[str, Decision], rng: np.random.Generator) -> dict[str, Decision]:
-    """`decisions` if they keep the sketch's limits, else the same with the limited tile holes redrawn."""
+def repair_limits(sketch: Sketch, decisions: dict[str, Decision], rng: np.random.Generator) -> dict[str, Decision]:
+    """`decisions` if they keep the sketch's limits; else the nearest fix by moving prime factors between
+    tile levels, else the limited tile holes redrawn, else a fresh sample."""
     if all(lim.holds(decisions) for lim in sketch.limits):
         return decisions
+    fixed = repair(sketch, decisions, rng)
+    if fixed is not None:
+        return fixed
     limited = sorted(set().union(*(lim.keys for lim in sketch.limits)))
     out = dict(decisions)
     for _ in range(MAX_TRIES):
@@ -77,6 +82,8 @@ class CMAESSearch(SearchStrategy):
     # ------------------------------------------------------------------ proposing
 
     def propose(self, n: int) -> list[Candidate]:
+        if len(self.archive) < self.config.initial_random:
+            return self.random_unseen(min(n, self.config.initial_random - len(self.archive)))
         out: list[Candidate] = []
         asked = 0
         while len(out) < n:
@@ -104,11 +111,13 @@ class CMAESSearch(SearchStrategy):
         weights = []
         for s in free:
             top = self.archive.top(1, s.sketch.name)
-            weights.append(overall / top[0][1] if top else 0.1)
+            weights.append((overall / top[0][1]) ** self.config.sketch_focus if top else 0.01)
         weights = np.asarray(weights)
         return free[int(self.rng.choice(len(free), p=weights / weights.sum()))]
 
     def _start(self, state: _SketchState, from_best: bool) -> None:
+        import cma  # imported on first use: it takes over a second
+
         top = self.archive.top(1, state.sketch.name)
         if from_best and top:
             x0 = encode(state.sketch, top[0][0].decisions)
@@ -136,7 +145,7 @@ class CMAESSearch(SearchStrategy):
         gen = _Generation(vectors, [])
         fresh = 0
         for x in vectors:
-            decisions = repair(state.sketch, decode(state.sketch, x[:state.dim]), self.rng)
+            decisions = repair_limits(state.sketch, decode(state.sketch, x[:state.dim]), self.rng)
             cand = Candidate(self.space.task, state.sketch, decisions)
             gen.keys.append(cand.key)
             if self.archive.mark(cand):

@@ -20,6 +20,7 @@ class EvolutionConfig:
 class CMAESConfig:
     """CMA-ES over a sketch's decision encoding, one distribution per sketch, restarted when it stalls."""
 
+    initial_random: int = 32  # random candidates scored first; each distribution starts at its sketch's best
     sigma0: float = 0.25  # initial step size in the [0, 1] encoding
     restart_sigma: float = 0.3
     popsize: int | None = None  # None: cma's default 4 + 3 ln(d)
@@ -29,6 +30,7 @@ class CMAESConfig:
     duplicate_generations: int = 3  # generations in a row with no unseen candidate before a restart
     max_generations_per_call: int = 64  # bound on generations asked in one propose call
     restart_from_best_prob: float = 0.5  # a restart starts from the sketch's best (else from a random sample)
+    sketch_focus: float = 4.0  # sketches get generations with weight (overall best / sketch best) ** focus
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import atexit
 import collections
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from ..errors import DrytuneError
 from ..sketch.sketch import Sketch
 from ..task import Task
 from .config import ScorerConfig
-from .scorer import CostModelSpec, Scorer, Scores, build_cost_model, has_cheap_prescore, score_with_model
+from .scorer import CostModelSpec, Scorer, Scores, build_cost_model, score_with_model
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class _ScoreWorker:
     def ping(self) -> int:
         return os.getpid()
 
-    def score(self, token: str, payload: list, kind: str, items: list[tuple[str, dict]]) -> tuple[list, list]:
+    def score(self, token: str, payload: list, kind: str, items: list[tuple[str, dict]]) -> tuple[list | None, Any]:
         import ray
 
         if token not in self.tasks:
@@ -90,7 +91,10 @@ class _ScoreWorker:
         task, sketches = self.tasks[token]
         key = str(task.target)
         if key not in self.models:
-            self.models[key] = build_cost_model(self.spec, task.target)
+            try:
+                self.models[key] = build_cost_model(self.spec, task.target)
+            except Exception as err:  # noqa: BLE001 - reported to the driver, which stops: no candidate can score
+                return None, f"{type(err).__name__}: {err}"
         cands = [Candidate(task, sketches[name], decisions) for name, decisions in items]
         scores = score_with_model(self.models[key], task, cands, kind)
         return scores.seconds.tolist(), scores.reasons
@@ -128,7 +132,6 @@ class RayScorer(Scorer):
         connect(ray_address, num_workers)
         self.config = config or ScorerConfig()
         self.spec = cost_model
-        self.has_prescore = has_cheap_prescore(cost_model)
         n = num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._actor_cls = ray.remote(num_cpus=1, max_restarts=0)(_ScoreWorker)
         self.workers = [self._start() for _ in range(n)]
@@ -206,6 +209,8 @@ class RayScorer(Scorer):
                     w.queue.append(job)
             refs = [j.ref for w in self.workers for j in w.queue]
             done, _ = ray.wait(refs, num_returns=1, timeout=self._wait_s())
+            if done:
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             done_set = set(done)
             now = time.monotonic()
             for k, w in enumerate(self.workers):
@@ -213,10 +218,10 @@ class RayScorer(Scorer):
                     job = w.queue.popleft()
                     try:
                         result = ray.get(job.ref)
-                    except ray.exceptions.RayActorError as err:
-                        self.workers[k] = self._on_death(w, job, _short(err), todo, fail)
-                        break
                     except ray.exceptions.RayError as err:
+                        if isinstance(err, ray.exceptions.RayActorError) or not job.indices:
+                            self.workers[k] = self._on_death(w, job, _short(err), todo, fail)
+                            break
                         fail(job, f"scoring failed: {_short(err)}")
                     else:
                         self._on_result(w, job, result, seconds, reasons)
@@ -235,6 +240,8 @@ class RayScorer(Scorer):
             self._failed_starts = 0
             return
         secs, why = result
+        if secs is None:
+            raise ScorerError(f"the cost model cannot be built in a worker: {why}")
         for i, s, r in zip(job.indices, secs, why, strict=True):
             seconds[i], reasons[i] = s, r
 
@@ -264,5 +271,10 @@ class RayScorer(Scorer):
 
 
 def _short(err: BaseException) -> str:
+    """One line on why a Ray call failed; for a dead actor, its process's exit type and detail."""
     text = " ".join(str(err).split())
+    exit_type = re.search(r"Worker exit type: (\w+)", text)
+    if exit_type:
+        detail = re.search(r"Worker exit detail: (.*?\.)(?: |$)", text)
+        return f"its process died ({exit_type.group(1)}{': ' + detail.group(1) if detail else ''})"
     return f"{type(err).__name__}: {text[:300]}"

@@ -68,10 +68,14 @@ def model_class(spec: CostModelSpec) -> type | None:
     return spec if isinstance(spec, type) and issubclass(spec, CostModel) else None
 
 
-def has_cheap_prescore(spec: CostModelSpec) -> bool:
-    """Whether the model overrides `prescore` (else prescoring would only repeat `predict`)."""
+def has_cheap_prescore(spec: CostModelSpec, target: Target) -> bool:
+    """Whether prescoring for `target` is cheaper than `predict`: the model overrides `prescore`, and unless
+    its class says otherwise with a `prescore_is_cheap(target)` class method, it is."""
     cls = model_class(spec)
-    return cls is not None and cls.prescore is not CostModel.prescore
+    if cls is None or cls.prescore is CostModel.prescore:
+        return False
+    probe = getattr(cls, "prescore_is_cheap", None)
+    return bool(probe(target)) if callable(probe) else True
 
 
 def _first_line(err: BaseException) -> str:
@@ -111,10 +115,14 @@ def score_with_model(model: CostModel, task: Task, cands: Sequence[Candidate], k
 class Scorer(abc.ABC):
     """Scores candidates of any task with one kind of cost model; a context manager that frees its workers."""
 
-    has_prescore: bool = False
+    spec: CostModelSpec = None
 
     @abc.abstractmethod
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores: ...
+
+    def prescore_is_cheap(self, task: Task) -> bool:
+        """Whether filtering a larger population by `prescore` pays for this task."""
+        return has_cheap_prescore(self.spec, task.target)
 
     def close(self) -> None:
         """Release workers (nothing for an in-process scorer)."""
@@ -131,7 +139,6 @@ class LocalScorer(Scorer):
 
     def __init__(self, cost_model: CostModelSpec = None):
         self.spec = cost_model
-        self.has_prescore = has_cheap_prescore(cost_model)
         self._models: dict[str, CostModel] = {}
 
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:

@@ -31,17 +31,22 @@ class Selection:
     check: str  # how `best` was checked
 
 
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "lzcnt", "movbe", "neon", "sve")
+
+
 def runs_here(target: tvm.target.Target) -> bool:
-    """Whether code for `target` runs on this CPU (same architecture, no CPU feature this one lacks)."""
+    """Whether code for `target` runs on this CPU: same architecture and no instruction-set extension
+    (SSE/AVX/FMA/AMX..., NEON/SVE) that this CPU lacks; LLVM's tuning-only features are ignored."""
     if target.kind.name != "llvm":
         return False
     from tvm.target import codegen
 
-    triple = str(dict(target.attrs).get("mtriple", "")) or str(codegen.llvm_get_system_triple())
-    host = tvm.target.Target({"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())})
-    if triple.split("-")[0] != str(codegen.llvm_get_system_triple()).split("-")[0]:
+    host_triple = str(codegen.llvm_get_system_triple())
+    triple = str(dict(target.attrs).get("mtriple", "")) or host_triple
+    if triple.split("-")[0] != host_triple.split("-")[0]:
         return False
-    wanted = {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    host = tvm.target.Target({"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())})
+    wanted = {str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith(_ISA_PREFIXES)}
     return wanted <= {str(f) for f in codegen.llvm_get_cpu_features(host)}
 
 

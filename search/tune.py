@@ -2,18 +2,46 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
 import time
 from dataclasses import dataclass
 
 from ..annotate.candidate import Candidate
-from ..records import RECORD_FILE, RecordStore
+from ..records import RECORD_FILE, WORKLOAD_FILE, RecordStore
 from ..task import Task
 from .config import TuneConfig
 from .scorer import CostModelSpec, LocalScorer, Scorer
 from .select import select_best
 from .tuner import CurvePoint, TaskTuner
+
+log = logging.getLogger(__name__)
+
+
+def heal_records(work_dir: str) -> None:
+    """Finish the last line of a records file that a killed run left without its newline.
+
+    A complete JSON record only lacks its newline (the next append would glue onto it); a partial one was
+    never a record and is cut off.
+    """
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        path = os.path.join(work_dir, name)
+        if not os.path.exists(path) or os.path.getsize(path) == 0:
+            continue
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data.endswith(b"\n"):
+                continue
+            start = data.rfind(b"\n") + 1
+            try:
+                json.loads(data[start:])
+            except ValueError:
+                log.warning("%s: dropping an incomplete last record left by an interrupted run", path)
+                f.truncate(start)
+            else:
+                f.write(b"\n")
 
 
 @dataclass
@@ -79,6 +107,8 @@ def tune(
             from .ray_scorer import RayScorer
 
             scorer = RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+    if work_dir is not None and os.path.isdir(work_dir):
+        heal_records(work_dir)
     store = RecordStore(work_dir) if work_dir is not None else None
     try:
         tuner = TaskTuner(task, scorer, strategy=strategy, store=store, seed=seed, config=config)

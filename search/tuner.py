@@ -101,7 +101,7 @@ class TaskTuner:
         """Propose, score and record up to `n` new candidates; returns how many were scored (0: space exhausted)."""
         if n <= 0:
             return 0
-        oversample = self.config.prescore_oversample if self.scorer.has_prescore else 1
+        oversample = self.config.prescore_oversample if self.scorer.prescore_is_cheap(self.task) else 1
         proposals = self.strategy.propose(n * oversample)
         if not proposals:
             return 0

@@ -30,6 +30,9 @@ def brute_footprint(tree: LoopTree, nodes, line_bytes: int) -> dict[str, int]:
 
     def run(ns, vals):
         for n in ns:
+            if n.is_loop and n.alias_of:  # re-bound GPU thread loop: same thread, no iterations
+                run(n.children, vals)
+                continue
             if n.is_loop:
                 for v in range(n.extent):
                     run(n.children, {**vals, n.var: v})
@@ -224,21 +227,58 @@ def fused_matmul() -> LoopTree:
     return LoopTree.from_mod(sch.mod)
 
 
+def assert_footprints_match_enumeration(tree: LoopTree, spec: HardwareSpec) -> None:
+    dm = data_movement(tree, spec, counter=FootprintCounter())
+    recs = {r.var: r for r in dm.levels["L1"].loops}
+    for node in tree.preorder():
+        if node.var in recs:
+            rec = recs[node.var]
+        else:  # analysed as the nest of its digits: the outermost one covers the whole loop
+            rec = min((r for v, r in recs.items() if v.startswith(node.var + "@")), key=lambda r: r.depth)
+        assert rec.footprint == brute_footprint(tree, [node], spec.line_bytes), node.var
+    assert dm.footprint_lines == brute_footprint(tree, tree.roots, spec.line_bytes)
+    assert dm.stats.fallbacks == 0
+    assert data_movement(tree, spec, counter=isl_only()).levels["L1"].loops == dm.levels["L1"].loops
+
+
 def test_footprints_equal_enumeration_with_fused_loops():
     tree = fused_matmul()
-    assert tree.preorder()[0].kind == "parallel"
-    dm = data_movement(tree, CPU)
-    recs = {r.var: r for r in dm.levels["L1"].loops}
-    fused = tree.preorder()[0]
-    for node in tree.preorder():
-        if node is fused:  # analysed as the nest of its digits: the outermost covers the whole loop
-            rec = max((r for v, r in recs.items() if v.startswith(node.var + "@")), key=lambda r: -r.depth)
-        else:
-            rec = recs[node.var]
-        assert rec.footprint == brute_footprint(tree, [node], 64), node.var
-    assert dm.footprint_lines == brute_footprint(tree, tree.roots, 64)
-    assert dm.stats.fallbacks == 0
-    assert data_movement(tree, CPU, counter=isl_only()).levels["L1"].loops == dm.levels["L1"].loops
+    assert tree.preorder()[0].kind == "parallel" and "fused" in tree.preorder()[0].var
+    assert_footprints_match_enumeration(tree, CPU)
+
+
+def gpu_matmul_uneven_fetch() -> LoopTree:
+    """48 x 48 x 32 matmul, 24 x 24 block tiles, 6 x 6 threads, k tiles of 8: each shared-memory fetch of
+    a 24 x 8 tile (192 elements) is fused and split over 36 threads, which needs a guard (192 < 6 x 36)."""
+    A = te.placeholder((48, 32), "float32", name="A")
+    B = te.placeholder((32, 48), "float32", name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((48, 48), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    blk = sch.get_sblock("C")
+    i, j, kk = sch.get_loops(blk)
+    bi, ti, ii = sch.split(i, [None, 6, 4])
+    bj, tj, jj = sch.split(j, [None, 6, 4])
+    ko, ki = sch.split(kk, [None, 8])
+    sch.reorder(bi, bj, ti, tj, ko, ki, ii, jj)
+    for loop, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        sch.bind(loop, tag)
+    for idx in (0, 1):
+        sh = sch.cache_read(blk, idx, "shared")
+        sch.compute_at(sh, ko)
+        fused = sch.fuse(*sch.get_loops(sh)[-2:])
+        _, ty, tx = sch.split(fused, [None, 6, 6])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+    return LoopTree.from_mod(sch.mod)
+
+
+def test_footprints_equal_enumeration_for_guarded_cooperative_fetch():
+    tree = gpu_matmul_uneven_fetch()
+    fetch = next(s for s in tree.statements() if s.block == "A_shared")
+    assert fetch.predicated and fetch.conditions
+    assert any(n.alias_of for n in tree.preorder())
+    assert_footprints_match_enumeration(tree, dataclasses.replace(CPU, kind="gpu", line_bytes=32))
 
 
 def gather(index_fn, n_in: int) -> LoopTree:
@@ -259,14 +299,17 @@ def test_non_affine_index_falls_back_and_is_counted():
     assert dm.footprint_lines["X"] == (15 * 23) // 16 + 1 and dm.footprint_lines["Y"] == 16 * 24 // 16
 
 
-def test_floordiv_index_is_exact_through_isl():
+def test_floordiv_index_is_exact():
     tree = gather(lambda i, j: (i + j) // 4 * 16 + j % 3, 6 * 16 + 3)
     (st,) = tree.statements()
     x = next(a for a in st.accesses if a.buffer == "X")
     assert not x.affine and x.quasi_affine
-    dm = data_movement(tree, CPU, counter=FootprintCounter(DataMoveConfig()))
-    assert dm.stats.isl > 0 and dm.stats.fallbacks == 0
-    assert dm.footprint_lines == brute_footprint(tree, tree.roots, 64)
+    exact = brute_footprint(tree, tree.roots, 64)
+    auto = data_movement(tree, CPU, counter=FootprintCounter(DataMoveConfig()))
+    assert auto.stats.fallbacks == 0 and auto.footprint_lines == exact
+    through_isl = data_movement(tree, CPU, counter=FootprintCounter(DataMoveConfig(max_enum_points=0)))
+    assert through_isl.stats.isl > 0 and through_isl.stats.fallbacks == 0
+    assert through_isl.footprint_lines == exact
 
 
 def test_isl_running_out_of_operations_is_detected():
@@ -326,8 +369,9 @@ def test_on_chip_buffers_are_not_cached_data():
 
 
 def test_counting_paths_agree_with_enumeration_on_random_accesses():
-    """Closed form (dense/outer split, covering box), isl and brute-force enumeration give the same line
-    counts on random unions of affine and floordiv/floormod accesses, with and without guards."""
+    """Closed form (dense/outer split, covering box, flattened floordiv), numpy enumeration, isl and a
+    brute-force Python loop give the same line counts on random unions of affine and floordiv/floormod
+    accesses, with and without guards."""
     rng = random.Random(7)
     roomy = 2_000_000  # some floormod unions of tiny sets need ~10^5 isl operations
     auto = FootprintCounter(DataMoveConfig(max_isl_operations=roomy))
@@ -361,4 +405,5 @@ def test_counting_paths_agree_with_enumeration_on_random_accesses():
                         addr = addr * size + e.evaluate(vals)
                     lines.add(addr // layout.epl)
         assert auto.count(layout, accs, ext) == isl_c.count(layout, accs, ext) == len(lines)
-    assert auto.stats.closed_form > 30 and auto.stats.isl > 30 and auto.stats.fallbacks == 0
+    assert auto.stats.closed_form > 30 and auto.stats.enumerated > 30 and auto.stats.fallbacks == 0
+    assert isl_c.stats.isl == isl_c.stats.queries  # cache hits count with the method that computed them

@@ -1,0 +1,199 @@
+"""Phase 2 of the fidelity benchmark: features, leave-one-operator-out fits, ranking metrics, baselines."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import numpy as np
+from scipy import stats
+
+import drytune as dt
+from drytune import workloads
+from drytune.costmodel.calibrate import fit_coefficients
+from drytune.costmodel.cpu_features import FEATURE_NAMES
+from drytune.costmodel.dataset import MeasuredRow, read_rows
+from drytune.costmodel.model import Coefficients, StaticCostModel, default_coefficients_path
+
+XGB_SIZES = (32, 64, 128)
+
+
+def _row_key(row: MeasuredRow) -> str:
+    return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
+
+
+def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
+    op, rows = args
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    space = dt.SearchSpace(task)
+    model = StaticCostModel(task.target)
+    out = []
+    for d in rows:
+        row = MeasuredRow(**d)
+        cand = row.candidate(space)
+        entry = {"key": _row_key(row)}
+        t0 = time.perf_counter()
+        try:
+            f = model.features(task, cand)
+            entry |= {"values": list(f.values), "flops": f.flops, "speedup": f.speedup}
+        except Exception as err:  # noqa: BLE001 - the row is reported as unscorable
+            entry["error"] = f"{type(err).__name__}: {str(err).strip()[:160]}"
+        entry["full_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        entry["prescore"] = float(model.prescore(task, [cand])[0])
+        entry["pre_s"] = time.perf_counter() - t0
+        mod = cand.to_mod()
+        import tvm
+
+        entry["tir_flops"] = float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+        out.append(entry)
+    return out
+
+
+def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 2) -> dict[str, dict]:
+    cache: dict[str, dict] = {}
+    if os.path.exists(cache_path):
+        with open(cache_path) as f:
+            for line in f:
+                if line.strip():
+                    d = json.loads(line)
+                    cache[d["key"]] = d
+    todo: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.ok and _row_key(r) not in cache:
+            todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
+    jobs = [(op, chunk[i:i + 25]) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
+    if jobs:
+        print(f"computing features of {sum(len(c) for _, c in jobs)} candidates in {workers} processes", flush=True)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool, open(cache_path, "a") as out:
+            for entries in pool.imap_unordered(_features_job, jobs):
+                for e in entries:
+                    cache[e["key"]] = e
+                    out.write(json.dumps(e) + "\n")
+                out.flush()
+    return cache
+
+
+def pairwise_accuracy(pred: np.ndarray, meas: np.ndarray) -> float:
+    i, j = np.triu_indices(len(pred), 1)
+    keep = meas[i] != meas[j]
+    return float(np.mean(np.sign(pred[i] - pred[j])[keep] == np.sign(meas[i] - meas[j])[keep]))
+
+
+def top_k_ratio(pred: np.ndarray, meas: np.ndarray, k: int) -> float:
+    """Tuna's metric: sum of the k truly best measured times over that of the k predicted best."""
+    k = min(k, len(meas))
+    best = np.sort(meas)[:k].sum()
+    chosen = meas[np.argsort(pred, kind="stable")[:k]].sum()
+    return float(best / chosen)
+
+
+def metrics(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
+    finite = np.isfinite(pred)
+    pred = np.where(finite, pred, np.nanmax(np.where(finite, pred, np.nan)) * 10 if finite.any() else 1.0)
+    rho = stats.spearmanr(pred, meas).statistic
+    tau = stats.kendalltau(pred, meas).statistic
+    return {"spearman": float(np.nan_to_num(rho)), "kendall": float(np.nan_to_num(tau)),
+            "pairwise": pairwise_accuracy(pred, meas), "top1": top_k_ratio(pred, meas, 1),
+            "top10": top_k_ratio(pred, meas, 10)}
+
+
+def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, dict[str, float]]:
+    """MetaSchedule's XGBoost cost model trained on n measured samples of the same operator, scored on the rest."""
+    from tvm.s_tir import meta_schedule as ms
+
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    space = dt.SearchSpace(task)
+    ctx = ms.TuneContext(mod=task.mod, target=task.target, space_generator="post-order-apply",
+                         search_strategy="evolutionary", num_threads=1)
+    args_info = ms.arg_info.ArgInfo.from_prim_func(task.func)
+    cands = [ms.MeasureCandidate(r.candidate(space).to_schedule(), args_info) for r in rows]
+    meas = np.array([r.seconds for r in rows])
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(rows))
+    out = {}
+    for n in XGB_SIZES:
+        if n >= len(rows) - 10:
+            continue
+        train, test = order[:n], order[n:]
+        model = ms.cost_model.XGBModel(num_warmup_samples=0, adaptive_training=False)
+        model.update(ctx, [cands[i] for i in train], [ms.runner.RunnerResult([float(meas[i])], None) for i in train])
+        score = np.asarray(model.predict(ctx, [cands[i] for i in test]))  # higher = faster
+        out[n] = metrics(-score, meas[test])
+    return out
+
+
+def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True) -> int:
+    rows = [r for r in read_rows(data_path) if r.op in ops]
+    feats = compute_features(rows, os.path.join(results_dir, "fidelity_features_llvm.jsonl"))
+    by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
+    for r in rows:
+        e = feats.get(_row_key(r))
+        if r.ok and e is not None and "values" in e:
+            by_op.setdefault(r.op, []).append((r, e))
+    spec = dt.spec_for("llvm")
+    default = Coefficients.load(default_coefficients_path(spec)).vector()
+    table = []
+    for op in ops:
+        if op not in by_op or len(by_op[op]) < 20:
+            continue
+        data = by_op[op]
+        meas = np.array([r.seconds for r, _ in data])
+        spreads = np.array([(max(r.times) - min(r.times)) / r.seconds for r, _ in data if len(r.times) > 1])
+        others = [(r, e) for o, d in by_op.items() if o != op for r, e in d]
+        F_train = np.array([e["values"] for _, e in others])
+        y_train = np.array([r.seconds for r, _ in others])
+        coef = fit_coefficients(F_train, y_train, spec.freq_ghz)
+        F = np.array([e["values"] for _, e in data])
+        pred = F @ coef
+        row = {"op": op, "n": len(data), "noise_median_spread": float(np.median(spreads)) if len(spreads) else None,
+               "static_loo": metrics(pred, meas), "static_default": metrics(F @ default, meas),
+               "prescore": metrics(np.array([e["prescore"] for _, e in data]), meas),
+               "flops": metrics(np.array([e["tir_flops"] for _, e in data]), meas),
+               "full_s_median": float(np.median([e["full_s"] for _, e in data])),
+               "pre_s_median": float(np.median([e["pre_s"] for _, e in data])),
+               "coef_loo": dict(zip(FEATURE_NAMES, coef.tolist(), strict=True))}
+        if with_xgb:
+            try:
+                row["xgb"] = {str(k): v for k, v in xgb_metrics(op, [r for r, _ in data]).items()}
+            except Exception as err:  # noqa: BLE001 - reported in the table
+                row["xgb_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+        table.append(row)
+        s = row["static_loo"]
+        print(f"{op:20s} n={len(data):3d} rho={s['spearman']:.2f} tau={s['kendall']:.2f} pair={s['pairwise']:.2f} "
+              f"top1={s['top1']:.2f} top10={s['top10']:.2f} | flops rho={row['flops']['spearman']:.2f} "
+              f"| xgb64 rho={row.get('xgb', {}).get('64', {}).get('spearman', float('nan')):.2f}", flush=True)
+    write_report(table, results_dir)
+    return 0
+
+
+def write_report(table: list[dict], results_dir: str) -> None:
+    with open(os.path.join(results_dir, "costmodel_fidelity.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    med = {k: float(np.median([t["static_loo"][k] for t in table])) for k in ("spearman", "kendall", "pairwise",
+                                                                               "top1", "top10")}
+    lines = [f"Cost-model fidelity on this CPU ({time.strftime('%Y-%m-%d')}); static model with coefficients fitted "
+             "leave-one-operator-out.", "",
+             "| op | n | noise (median spread) | Spearman | Kendall | pairwise | top-1 | top-10 | default coeffs rho | "
+             "pre-score rho | FLOP rho | XGB-32 rho | XGB-64 rho | XGB-128 rho |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t in table:
+        s = t["static_loo"]
+        xgb = [t.get("xgb", {}).get(str(n), {}).get("spearman") for n in XGB_SIZES]
+        xs = " | ".join("-" if x is None else f"{x:.2f}" for x in xgb)
+        noise = t["noise_median_spread"]
+        lines.append(f"| {t['op']} | {t['n']} | {noise:.2f} | {s['spearman']:.2f} | {s['kendall']:.2f} | "
+                     f"{s['pairwise']:.2f} | {s['top1']:.2f} | {s['top10']:.2f} | "
+                     f"{t['static_default']['spearman']:.2f} | {t['prescore']['spearman']:.2f} | "
+                     f"{t['flops']['spearman']:.2f} | {xs} |")
+    lines.append(f"| **median** | | | {med['spearman']:.2f} | {med['kendall']:.2f} | {med['pairwise']:.2f} | "
+                 f"{med['top1']:.2f} | {med['top10']:.2f} | | | | | | |")
+    full = np.median([t["full_s_median"] for t in table])
+    pre = np.median([t["pre_s_median"] for t in table])
+    lines += ["", f"Scoring speed (one process): full score {1 / full:.1f} candidates/s, pre-score {1 / pre:.0f} "
+              "candidates/s (medians over operators)."]
+    with open(os.path.join(results_dir, "costmodel_fidelity.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")

@@ -1,0 +1,215 @@
+"""Search: strategies beat their initial random population, Ray scoring survives crashes, runs resume."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import drytune as dt
+import numpy as np
+import pytest
+from drytune import workloads
+from drytune.annotate.candidate import Candidate
+from drytune.annotate.sample import sample_decisions
+from drytune.costmodel.model import StaticCostModel
+from drytune.records import RECORD_FILE, RecordStore, candidate_from_trace
+from drytune.search import LocalScorer, TaskTuner, tune
+from drytune.search.config import TuneConfig
+from drytune.search.crossover import crossover, hole_blocks
+from drytune.search.ray_scorer import RayScorer
+from drytune.search.tune import heal_records
+from drytune.verify import check_candidate, random_inputs, run_module
+
+
+def _task(name: str, target: str = "llvm") -> dt.Task:
+    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+
+
+@pytest.fixture(scope="module")
+def gemm() -> dt.Task:
+    return _task("gemm")
+
+
+# ------------------------------------------------------------------------------------------------ crossover
+
+
+@pytest.mark.parametrize("name,target", [("softmax", "llvm"), ("dense_bias_gelu", "cuda-sm90")])
+def test_crossover_children_mix_parent_blocks_and_replay(name: str, target: str) -> None:
+    task = _task(name, target)
+    space = dt.SearchSpace(task)
+    rng = np.random.default_rng(0)
+    reference = None if task.is_gpu else run_module(task.mod, task, random_inputs(task))
+    made = 0
+    for sketch in space.sketches:
+        blocks = hole_blocks(sketch)
+        assert sorted(k for keys in blocks.values() for k in keys) == sorted(h.key for h in sketch.holes)
+        for _ in range(6):
+            a, b = sample_decisions(sketch, rng), sample_decisions(sketch, rng)
+            child = crossover(sketch, a, b, rng)
+            if child is None:
+                continue
+            origin = []
+            for keys in blocks.values():
+                from_a = all(child[k] == a[k] for k in keys)
+                from_b = all(child[k] == b[k] for k in keys)
+                assert from_a or from_b, "a block mixes decisions of both parents"
+                origin.append("a" if from_a and not from_b else "b" if from_b and not from_a else "=")
+            assert "a" in origin and "b" in origin, "both parents must contribute"
+            assert all(lim.holds(child) for lim in sketch.limits)
+            cand = Candidate(task, sketch, child)
+            mod = cand.to_mod()
+            assert "main" in [gv.name_hint for gv in mod.functions]
+            if reference is not None and made < 3:
+                assert check_candidate(task, cand, reference=reference).ok
+            made += 1
+    assert made >= 4
+
+
+# ----------------------------------------------------------------------------- strategies with the real model
+
+
+def _search(task: dt.Task, strategy: str, trials: int = 64) -> TaskTuner:
+    """A seeded run in this process: a first round of 32 (random: nothing is scored yet), then rounds of 16."""
+    tuner = TaskTuner(task, LocalScorer(StaticCostModel(task.target)), strategy=strategy, seed=0)
+    assert tuner.round(32) == 32
+    while tuner.trials < trials:
+        assert tuner.round(min(16, trials - tuner.trials)) > 0
+    return tuner
+
+
+@pytest.fixture(scope="module")
+def random_search_best(gemm: dt.Task) -> float:
+    return _search(gemm, "random").archive.best_seconds
+
+
+@pytest.mark.parametrize("strategy", ["evolutionary", "cmaes", "portfolio"])
+def test_strategy_improves_on_initial_random_population(gemm: dt.Task, strategy: str,
+                                                        random_search_best: float) -> None:
+    tuner = _search(gemm, strategy)
+    initial_best = tuner.curve[0].best
+    assert np.isfinite(initial_best) and tuner.trials == 64 and len(tuner.archive) >= 64
+    bests = [p.best for p in tuner.curve]
+    assert bests == sorted(bests, reverse=True)
+    assert tuner.archive.best_seconds < initial_best, (strategy, tuner.curve)
+    assert tuner.archive.best_seconds < random_search_best, "no better than random search with the same budget"
+
+
+# ------------------------------------------------------------------------------------------------------- Ray
+
+
+def _claim_poison(marker: str, cand: Candidate) -> bool:
+    """True for one candidate only: the first one any worker asks about (its key is written to `marker`)."""
+    key = repr(cand.key)
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        with open(marker) as f:
+            return f.read() == key
+    os.write(fd, key.encode())
+    os.close(fd)
+    return True
+
+
+def _aborting_model(marker: str):
+    """A factory of the static model that aborts its process (a real crash) on one poisoned candidate."""
+
+    class AbortOnPoison(StaticCostModel):
+        def predict(self, task, candidates):
+            if any(_claim_poison(marker, c) for c in candidates):
+                os.abort()
+            return super().predict(task, candidates)
+
+    return lambda target: AbortOnPoison(target)
+
+
+def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None:
+    cands = dt.SearchSpace(gemm).sample(10, seed=5)
+    with RayScorer(None, num_workers=2) as scorer:
+        assert len(scorer.workers) == 2 and scorer.prescore_is_cheap(gemm)
+        remote = scorer.score(gemm, cands)
+        pre = scorer.score(gemm, cands, "prescore")
+    local = LocalScorer(StaticCostModel(gemm.target))
+    np.testing.assert_allclose(remote.seconds, local.score(gemm, cands).seconds, rtol=1e-9)
+    np.testing.assert_allclose(pre.seconds, local.score(gemm, cands, "prescore").seconds, rtol=1e-9)
+    assert remote.reasons == [None] * len(cands)
+
+
+def test_crashing_candidate_is_invalid_and_search_goes_on(gemm: dt.Task, tmp_path) -> None:
+    marker = str(tmp_path / "poison")
+    work = str(tmp_path / "work")
+    result = tune(gemm, trials=16, strategy="evolutionary", cost_model=_aborting_model(marker), work_dir=work,
+                  num_workers=2, progress=False, config=TuneConfig(round_size=8))
+    with open(marker) as f:
+        poison = f.read()
+    assert result.trials == 16
+    assert [repr(c.key) for c, _ in result.invalid] == [poison]
+    assert "worker crashed" in result.invalid[0][1]
+    assert np.isfinite(result.predicted) and repr(result.best.key) != poison
+    space = dt.SearchSpace(gemm)
+    recorded = [candidate_from_trace(gemm, space.sketches, r.trace) for r in RecordStore(work).records(gemm)]
+    assert len(recorded) == 15 and poison not in {repr(c.key) for c in recorded}
+
+
+# --------------------------------------------------------------------------------------------------- resume
+
+
+def _record_lines(work: str) -> list[str]:
+    path = os.path.join(work, RECORD_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [ln for ln in f.read().split("\n") if ln.strip()]
+
+
+def test_killed_run_resumes_without_losing_or_repeating_records(gemm: dt.Task, tmp_path) -> None:
+    work = str(tmp_path / "work")
+    cmd = [sys.executable, "-m", "drytune", "tune-op", "gemm", "--small", "--work-dir", work, "--num-workers", "0",
+           "--quiet", "--strategy", "evolutionary"]
+    proc = subprocess.Popen([*cmd, "--trials", "1000"], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(_record_lines(work)) < 12 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    heal_records(work)  # a record cut by the kill is not a record
+    before = _record_lines(work)
+    assert len(before) >= 12
+
+    out = subprocess.run([*cmd, "--trials", "16"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"16 trials ({len(before)} resumed" in out.stdout
+    assert f"records: {os.path.join(work, RECORD_FILE)}" in out.stdout
+    after = _record_lines(work)
+    assert after[: len(before)] == before
+    space = dt.SearchSpace(gemm)
+    cands = [candidate_from_trace(gemm, space.sketches, r.trace) for r in RecordStore(work).records(gemm)]
+    assert None not in cands
+    repeats = [k for k, n in collections.Counter(c.key for c in cands).items() if n > 1]
+    assert not repeats and len(cands) == len(after) == len(before) + 16
+
+
+def test_heal_records_finishes_or_cuts_the_last_line(gemm: dt.Task, tmp_path) -> None:
+    work = str(tmp_path)
+    store = RecordStore(work)
+    a, b = dt.SearchSpace(gemm).sample(2, seed=1)
+    store.add(a, 1e-3)
+    store.add(b, 2e-3)
+    path = os.path.join(work, RECORD_FILE)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:-1])  # killed before the newline: the record is whole
+    heal_records(work)
+    assert len(RecordStore(work).records(gemm)) == 2
+    with open(path, "wb") as f:
+        f.write(data[:-40])  # killed inside the second record
+    heal_records(work)
+    store = RecordStore(work)
+    store.add(b, 3e-3)
+    assert [r.seconds for r in store.records(gemm)] == [1e-3, 3e-3]
