@@ -78,9 +78,42 @@ def _cmd_tune_op(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import os
+
+    from . import workloads
+    from .costmodel.calibrate import calibrate
+    from .task import Task
+
+    ops = args.ops.split(",")
+    tasks = [Task.from_prim_func((workloads.small(o) if args.small else workloads.get(o)).prim_func(), args.target,
+                                 name=o) for o in ops]
+    if tasks[0].is_gpu:
+        raise ValueError("calibration measures on this machine's CPU; CUDA coefficients need a GPU machine")
+    out = args.out or os.path.join(args.work_dir, f"{tasks[0].spec.arch}-calibrated.json")
+    data = os.path.join(args.work_dir, "calibration_measurements.jsonl")
+    print(f"measuring {args.samples} candidates of each of {', '.join(ops)} (resumable: {data})")
+    coeffs = calibrate(tasks, args.samples, data, out, seed=args.seed)
+    print(coeffs.origin)
+    for name, value in coeffs.values.items():
+        print(f"  {name:18s} {value:.4g}")
+    print(f"wrote {out}; use it with StaticCostModel(target, coefficients={out!r}) or copy it to "
+          f"drytune/costmodel/coefficients/{tasks[0].spec.arch}-calibrated.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="drytune", description="Static auto-scheduling of tensor programs.")
     sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("calibrate", help="measure suite candidates on this CPU and fit the cost-model coefficients")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--ops", default="gemm,conv2d_nchw,depthwise_conv2d,softmax,layer_norm,avg_pool2d")
+    p.add_argument("--samples", type=int, default=40, help="measured candidates per operator")
+    p.add_argument("--small", action="store_true", help="use the operators' small test shapes (fast)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default="drytune-calibration")
+    p.add_argument("--out", default=None, help="coefficients file to write")
+    p.set_defaults(func=_cmd_calibrate)
     p = sub.add_parser("ops", help="list the operator suite")
     p.set_defaults(func=_cmd_ops)
     p = sub.add_parser("space", help="derive an operator's sketches and build random candidates")

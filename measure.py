@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import tvm
 import tvm_ffi
-from drytune.errors import DrytuneError
 from tvm import tirx
+
+from drytune.errors import DrytuneError
 
 
 @dataclass(frozen=True)

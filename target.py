@@ -149,8 +149,11 @@ _TARGET_DICTS: dict[str, dict[str, Any]] = {
         "kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1", "mattr": ["+neon"],
         "num-cores": 4,
     },
-    "cuda-sm80": {"kind": "cuda", "arch": "sm_80", "max_num_threads": 1024, "thread_warp_size": 32},
-    "cuda-sm90": {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32},
+    # max_threads_per_block / max_shared_memory_per_block: what MetaSchedule's GPU rules read
+    "cuda-sm80": {"kind": "cuda", "arch": "sm_80", "max_num_threads": 1024, "thread_warp_size": 32,
+                  "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152},
+    "cuda-sm90": {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,
+                  "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152},
 }
 
 SHORT_NAMES = ("llvm", *_TARGET_DICTS)

@@ -57,7 +57,7 @@ def ms_signatures(task: dt.Task) -> list[tuple[frozenset, frozenset, bool]]:
     for sch in ctx.generate_design_space():
         names: list[tuple[object, str]] = []
 
-        def name_of(rv: object) -> str:
+        def name_of(rv: object, names: list[tuple[object, str]] = names) -> str:
             return next((n for r, n in names if r.same_as(rv)), "?")
 
         tiled, inlined, rfactor = set(), set(), False
@@ -156,12 +156,32 @@ def write_markdown(rows: list[dict], path: str, meta: dict) -> None:
         ptx = f"{r['ptx_built']}/{r['ptx_tried']}" if r["ptx_tried"] else "-"
         ms = f"{r.get('ms_covered', '-')}/{r.get('ms_design_spaces', '-')}" if "ms_error" not in r else "error"
         lines.append(f"| {r['target']} | {r['op']} | {r['sketches']} | {r['space_size']:.2e} | "
-                     f"{100 * r['valid_rate']:.1f}% | {ptx} | {r['sampled_per_s']:.0f} | {r['built_per_s']:.1f} | {ms} |")
+                     f"{100 * r['valid_rate']:.1f}% | {ptx} | {r['sampled_per_s']:.0f} | "
+                     f"{r['built_per_s']:.1f} | {ms} |")
     fails = [(r["target"], r["op"], k, v) for r in rows for k, v in r["failures"].items()]
     if fails:
         lines += ["", "Failures by reason:", ""] + [f"- {t} {o}: {v} x {k}" for t, o, k, v in fails]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def update_ms_coverage(out: str) -> None:
+    with open(out + ".json") as f:
+        data = json.load(f)
+    for row in data["rows"]:
+        task = dt.Task.from_prim_func(workloads.get(row["op"]).prim_func(), row["target"], name=row["op"])
+        row.pop("ms_error", None)
+        try:
+            ms_sigs = ms_signatures(task)
+            ours = our_signatures(dt.SearchSpace(task))
+            row["ms_design_spaces"], row["ms_covered"] = len(ms_sigs), sum(covered(s, ours) for s in ms_sigs)
+        except Exception as err:  # noqa: BLE001 - reported, not fatal
+            row["ms_error"] = reason(err)
+        print(row["target"], row["op"], row.get("ms_covered"), "/", row.get("ms_design_spaces"),
+              row.get("ms_error", ""), flush=True)
+    with open(out + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    write_markdown(data["rows"], out + ".md", data["meta"])
 
 
 def main() -> None:
@@ -172,7 +192,12 @@ def main() -> None:
     ap.add_argument("--ptx-samples", type=int, default=20, help="CUDA candidates per operator built to PTX")
     ap.add_argument("--no-ms", action="store_true", help="skip the MetaSchedule design-space comparison")
     ap.add_argument("--out", default=os.path.join(RESULTS, "search_space"))
+    ap.add_argument("--ms-only", action="store_true",
+                    help="only (re)compute MetaSchedule coverage into an existing results file")
     args = ap.parse_args()
+    if args.ms_only:
+        update_ms_coverage(args.out)
+        return
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
             "samples": args.samples, "tvm": tvm.__version__}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -186,7 +211,8 @@ def main() -> None:
             write_markdown(rows, args.out + ".md", meta)
             print(f"{target:10s} {name:20s} sketches={row['sketches']} valid={100 * row['valid_rate']:5.1f}% "
                   f"ptx={row['ptx_built']}/{row['ptx_tried']} sampled/s={row['sampled_per_s']:.0f} "
-                  f"built/s={row['built_per_s']:.1f} ms={row.get('ms_covered', '-')}/{row.get('ms_design_spaces', '-')}"
+                  f"built/s={row['built_per_s']:.1f} "
+                  f"ms={row.get('ms_covered', '-')}/{row.get('ms_design_spaces', '-')}"
                   f" {dict(row['failures']) or ''}", flush=True)
 
 

@@ -1728,7 +1728,7 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
         matched[(f.name, li)] = best
         matches.append(LoopMatch(f.name, li, best, lp.trip, trip, source, how))
     if defaults:
-        log.warning("%d assembly loop(s) with no constant bounds and no IR loop, trip %d assumed: %s",
+        log.info("%d assembly loop(s) with no constant bounds and no IR loop, trip %d assumed: %s",
                     len(defaults), cfg.default_trip, ", ".join(defaults))
     unmatched = [i for i in kept if i not in used]
     return LoopMapping(matches, ir, unmatched, fallbacks)

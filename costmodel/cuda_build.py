@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from drytune.errors import DrytuneError
-from drytune.target import resolve_target
 from tvm import tirx
 from tvm.target import Target
+
+from drytune.errors import DrytuneError
+from drytune.target import resolve_target
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
+from tvm import tirx
+from tvm.target import Target
+
 from drytune.costmodel import ptx as ptx_mod
 from drytune.costmodel.cuda_build import CudaBuild, CudaBuildConfig, LaunchConfig, build_cuda, lower_device
 from drytune.target import HardwareSpec, resolve_target
-from tvm import tirx
-from tvm.target import Target
 
 log = logging.getLogger(__name__)
 

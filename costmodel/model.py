@@ -139,6 +139,11 @@ class StaticCostModel(CostModel):
             self._cpu = CPUFeatureExtractor(self.target, self.spec)
         self._counter = default_counter(DataMoveConfig())
 
+    @classmethod
+    def prescore_is_cheap(cls, target: str | dict | tvm.target.Target) -> bool:
+        """The pre-score skips code generation on CPU targets; on CUDA it is the full score."""
+        return not resolve_target(target)[1].is_gpu
+
     def features(self, task: Task, candidate: Candidate) -> CPUFeatures:
         """CPU features of one candidate (raises on a candidate that cannot be built or analysed)."""
         if self._cpu is None:
@@ -166,7 +171,8 @@ class StaticCostModel(CostModel):
 
     def _fail(self, kind: str, err: BaseException) -> None:
         self.failures[kind] += 1
-        log.info("candidate scored invalid (%s): %s", kind, str(err).strip().splitlines()[-1][:200] if str(err) else kind)
+        text = str(err).strip()
+        log.info("candidate scored invalid (%s): %s", kind, text.splitlines()[-1][:200] if text else kind)
 
     def predict(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
         return np.array([self._predict_one(task, c) for c in candidates], dtype=np.float64)

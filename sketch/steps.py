@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
-
 import tvm
+from tvm import s_tir, tirx
 
 from .analysis import affine_terms, iter_var_loops, loop_iter_kinds
 from .sketch import TILE, Decider, FootprintLimit, Hole, ProductLimit, Step

@@ -4,10 +4,11 @@ on hand-written snippets (counts checked by hand) and on real TVM builds for x86
 import pytest
 import tvm
 import tvm_ffi
+from tvm import s_tir, te, tirx
+
 from drytune.costmodel import asm
 from drytune.costmodel.asm import IRLoop
 from drytune.target import resolve_target
-from tvm import s_tir, te, tirx
 
 # Two-level loop: the outer loop runs rax = 0..9 (10 trips), the inner one counts rcx from -256 to 0 by 64
 # (4 trips). Per outer trip: 2 setup instructions, 4 x 5 inner ones, 4 after the inner loop.

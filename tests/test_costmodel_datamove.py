@@ -7,10 +7,11 @@ import itertools
 import random
 
 import tvm
+from tvm import s_tir, te
+
 from drytune.costmodel.datamove import DataMoveConfig, FootprintCounter, LineLayout, data_movement
 from drytune.costmodel.looptree import DivMod, IndexExpr, LoopTree
 from drytune.target import HardwareSpec
-from tvm import s_tir, te
 
 CPU = HardwareSpec(kind="cpu", arch="x86", l1_bytes=48 * 1024, l2_bytes=1 << 20, line_bytes=64)
 

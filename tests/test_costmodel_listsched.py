@@ -5,10 +5,11 @@ import json
 
 import pytest
 import tvm
+from tvm import s_tir, te
+
 from drytune.costmodel import asm, listsched
 from drytune.costmodel.listsched import ListScheduler, SchedConfig, TableError, load_table
 from drytune.target import resolve_target
-from tvm import s_tir, te
 
 SKX_SPEC = resolve_target("x86-avx512")[1]
 N1_SPEC = resolve_target("aarch64")[1]

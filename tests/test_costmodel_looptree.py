@@ -5,8 +5,9 @@ import itertools
 
 import pytest
 import tvm
-from drytune.costmodel.looptree import DivMod, LoopTree, LoopTreeError
 from tvm import s_tir, te, tirx
+
+from drytune.costmodel.looptree import DivMod, LoopTree, LoopTreeError
 
 
 def matmul_relu(M=512, N=512, K=512):

@@ -4,11 +4,12 @@ import shutil
 
 import pytest
 import tvm
+from tvm import s_tir, te
+
 from drytune.costmodel import cuda_build as cb
 from drytune.costmodel import gpu_features as gf
 from drytune.costmodel import ptx
 from drytune.target import resolve_target
-from tvm import s_tir, te
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("ptxas") is None,
                                 reason="needs the CUDA toolkit (nvcc, ptxas)")

@@ -7,9 +7,10 @@ import statistics
 
 import pytest
 import tvm
+from tvm import s_tir, te, tirx
+
 from drytune import workloads as W
 from drytune.measure import MeasureWorker, measure_modules
-from tvm import s_tir, te, tirx
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 
-import drytune as dt
 import numpy as np
 import pytest
+
+import drytune as dt
 from drytune import workloads
 from drytune.annotate.candidate import Candidate
 from drytune.annotate.sample import sample_decisions

@@ -16,7 +16,7 @@ from drytune import workloads
 from drytune.annotate.encode import decode, dimension, encode
 from drytune.annotate.mutate import mutate
 from drytune.records import RecordStore, candidate_from_trace
-from drytune.sketch.rules import Skip, SketchRule, Verdict
+from drytune.sketch.rules import SketchRule, Skip, Verdict
 from drytune.sketch.steps import Inline
 from drytune.verify import check_candidate
 

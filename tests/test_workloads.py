@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from drytune import workloads as W
 from numpy.lib.stride_tricks import sliding_window_view
 from tvm import s_tir
+
+from drytune import workloads as W
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 _erf = np.vectorize(math.erf)

@@ -1,0 +1,83 @@
+"""The assembled static cost model: seconds from real builds, calibration fit, fallbacks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import drytune as dt
+from drytune import workloads
+from drytune.costmodel.calibrate import calibrate, fit_coefficients
+from drytune.costmodel.cpu_features import FEATURE_NAMES
+from drytune.costmodel.model import Coefficients, StaticCostModel
+
+
+def _task(name: str, target: str = "llvm") -> dt.Task:
+    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+
+
+def test_fit_recovers_known_coefficients() -> None:
+    rng = np.random.default_rng(0)
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0])
+    feats = rng.uniform(1e3, 1e6, size=(60, len(FEATURE_NAMES)))
+    seconds = feats @ true / 2.5e9
+    fitted = fit_coefficients(feats, seconds, freq_ghz=2.5)
+    np.testing.assert_allclose(fitted, true, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="at least"):
+        fit_coefficients(feats[:3], seconds[:3], 2.5)
+
+
+def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:
+    task = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
+    model = StaticCostModel(task.target)
+    naive = model.seconds_from_features(model._cpu.extract(task.mod))
+    space = dt.SearchSpace(task)
+    cand = space.sample(1, seed=0)[0]
+    sketch = cand.sketch
+    decisions = dict(cand.decisions)
+    s_keys = [h for h in sketch.holes if h.is_tile and "/S" in h.key]
+    decisions[s_keys[0].key] = (s_keys[0].extent // 16, 2, 1, 8)  # rows: 8 per register tile
+    decisions[s_keys[1].key] = (s_keys[1].extent // 64, 1, 1, 64)  # columns: 64 wide, vectorized
+    r = next(h for h in sketch.holes if h.is_tile and "/R" in h.key)
+    decisions[r.key] = (r.extent // 8, 8)
+    for h in sketch.holes:
+        if h.kind == "vectorize":
+            decisions[h.key] = h.options.index(64)
+        if h.kind == "parallel":
+            decisions[h.key] = len(h.options) - 1
+    tuned = model.predict(task, [dt.Candidate(task, sketch, decisions)])[0]
+    assert 0 < tuned < naive / 5
+
+
+def test_predictions_are_seconds_and_invalid_is_inf() -> None:
+    task = _task("conv2d_bias_relu")
+    model = StaticCostModel(task.target)
+    cands = dt.SearchSpace(task).sample(4, seed=1)
+    pred = model.predict(task, cands)
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0) and np.all(pred < 10)
+    pre = model.prescore(task, cands)
+    assert np.all(np.isfinite(pre)) and np.all(pre > 0)
+    bad = cands[0].with_decisions(**{next(iter(cands[0].decisions)): (7, 7, 7, 7)})
+    assert math.isinf(model.predict(task, [bad])[0])
+    assert model.failures["replay"] == 1
+
+
+@pytest.mark.parametrize("target", ["aarch64", "cuda-sm90"])
+def test_cross_targets_score_without_a_device(target: str) -> None:
+    task = _task("gemm", target)
+    model = StaticCostModel(task.target)
+    pred = model.predict(task, dt.SearchSpace(task).sample(3, seed=2))
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+
+
+def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
+    tasks = [_task("gemm"), _task("softmax")]
+    out = tmp_path / "x86-calibrated.json"
+    coeffs = calibrate(tasks, 6, str(tmp_path / "data.jsonl"), str(out), progress=False)
+    loaded = Coefficients.load(str(out))
+    assert loaded.values == coeffs.values and "Calibrated" in loaded.origin
+    assert all(v >= 0 for v in loaded.values.values())
+    model = StaticCostModel(tasks[0].target, coefficients=str(out))
+    assert np.all(np.isfinite(model.predict(tasks[0], dt.SearchSpace(tasks[0]).sample(2, seed=3))))
