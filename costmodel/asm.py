@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .operands import split_operands
+
 log = logging.getLogger(__name__)
 
 ARCHES = ("x86", "aarch64")
@@ -189,23 +191,6 @@ _SYMBOL_RE = re.compile(r"(?<![%\w.$])([A-Za-z_.$][\w.$]*)")
 _A64_LABEL_OPERAND_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
 
-def _split_operands(text: str) -> tuple[str, ...]:
-    """Split an operand list on commas that are not inside (), [] or {}."""
-    if not text:
-        return ()
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur).strip())
-    return tuple(o for o in out if o)
 
 
 def _build_x86_regs() -> dict[str, tuple[str, int]]:
@@ -346,7 +331,7 @@ def _x86_base_mnemonic(mn: str) -> str:
 
 
 def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
-    ops = _split_operands(ops_text)
+    ops = split_operands(ops_text)
     parsed = [_x86_operand(o) for o in ops]
     base = _x86_base_mnemonic(mn)
     reads: set[str] = set()
@@ -571,7 +556,7 @@ def _a64_regs_in(op: str) -> list[_A64Reg]:
 
 
 def _parse_a64(mn: str, ops_text: str, text: str) -> Instruction:
-    ops = _split_operands(ops_text)
+    ops = split_operands(ops_text)
     reads: set[str] = set()
     writes: set[str] = set()
     base_mn = mn.split(".")[0]

@@ -15,6 +15,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from .operands import split_operands
+
 log = logging.getLogger(__name__)
 
 _TABLE_PATH = os.path.join(os.path.dirname(__file__), "tables", "nvidia.json")
@@ -250,21 +252,6 @@ class Instruction:
         return tuple(p.split("::")[0] for p in self.opcode.split(".")[1:])
 
 
-def _split_operands(text: str) -> tuple[str, ...]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return tuple(out)
 
 
 def _make_instruction(index: int, line: int, text: str) -> Instruction | None:
@@ -273,7 +260,7 @@ def _make_instruction(index: int, line: int, text: str) -> Instruction | None:
         return None
     guard = m.group(3)
     opcode = m.group(4)
-    operands = _split_operands(m.group(5))
+    operands = split_operands(m.group(5))
     base = opcode.split(".")[0]
     mods = tuple(p.split("::")[0] for p in opcode.split(".")[1:])
     cls = classify(opcode, operands)

@@ -101,6 +101,14 @@ def nest_heads(sch: s_tir.Schedule) -> tuple[tuple[str, int], ...]:
     return tuple((nest[0], len(spatial_prefix(sch, nest))) for nest in loop_nests(sch))
 
 
+def _annotate_unroll(sch: s_tir.Schedule, block: str, unroll: int) -> None:
+    """Auto-unroll pragmas on the outermost loop of `block`'s nest (nothing for a step of 0)."""
+    if unroll:
+        top = sch.get_loops(sch.get_sblock(block))[0]
+        sch.annotate(top, UNROLL_KEY, unroll)
+        sch.annotate(top, "pragma_unroll_explicit", 1)
+
+
 def _head_of(nest: list[str], chosen: dict[str, tuple[int, ...]]) -> str | None:
     return next((b for b in nest if b in chosen), None)
 
@@ -132,10 +140,7 @@ class FinishCPU(Step):
             if depth:
                 top = sch.fuse(*prefix[:depth], preserve_unit_iters=True) if depth > 1 else prefix[0]
                 sch.parallel(top)
-            if unroll:
-                top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
-                sch.annotate(top, UNROLL_KEY, unroll)
-                sch.annotate(top, "pragma_unroll_explicit", 1)
+            _annotate_unroll(sch, blocks[0], unroll)
         decompose_reductions(sch)
 
 
@@ -168,8 +173,5 @@ class FinishGPU(Step):
                     sch.bind(tx, "threadIdx.x")
                 else:  # nothing spatial to spread: one thread runs the whole nest
                     sch.bind(sch.add_unit_loop(top), "blockIdx.x")
-            if unroll:
-                top = sch.get_loops(sch.get_sblock(blocks[0]))[0]
-                sch.annotate(top, UNROLL_KEY, unroll)
-                sch.annotate(top, "pragma_unroll_explicit", 1)
+            _annotate_unroll(sch, blocks[0], unroll)
         decompose_reductions(sch)
