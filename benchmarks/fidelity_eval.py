@@ -17,7 +17,7 @@ from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import MeasuredRow, read_rows
 from drytune.costmodel.model import Coefficients, StaticCostModel, default_coefficients_path
 
-XGB_SIZES = (32, 64, 128)
+XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
 
 def _row_key(row: MeasuredRow) -> str:
@@ -189,8 +189,18 @@ def write_report(table: list[dict], results_dir: str) -> None:
                      f"{s['pairwise']:.2f} | {s['top1']:.2f} | {s['top10']:.2f} | "
                      f"{t['static_default']['spearman']:.2f} | {t['prescore']['spearman']:.2f} | "
                      f"{t['flops']['spearman']:.2f} | {xs} |")
+    def col(get) -> str:
+        vals = [v for v in map(get, table) if v is not None]
+        return f"{np.median(vals):.2f}" if vals else "-"
+
+    xgb_med = " | ".join(col(lambda t, n=n: t.get("xgb", {}).get(str(n), {}).get("spearman")) for n in XGB_SIZES)
     lines.append(f"| **median** | | | {med['spearman']:.2f} | {med['kendall']:.2f} | {med['pairwise']:.2f} | "
-                 f"{med['top1']:.2f} | {med['top10']:.2f} | | | | | | |")
+                 f"{med['top1']:.2f} | {med['top10']:.2f} | {col(lambda t: t['static_default']['spearman'])} | "
+                 f"{col(lambda t: t['prescore']['spearman'])} | {col(lambda t: t['flops']['spearman'])} | {xgb_med} |")
+    for name, key in (("default coefficients", "static_default"), ("pre-score", "prescore")):
+        m = {k: np.median([t[key][k] for t in table]) for k in ("spearman", "pairwise", "top1", "top10")}
+        lines.append(f"\nMedians with {name}: Spearman {m['spearman']:.2f}, pairwise {m['pairwise']:.2f}, "
+                     f"top-1 {m['top1']:.2f}, top-10 {m['top10']:.2f}.")
     full = np.median([t["full_s_median"] for t in table])
     pre = np.median([t["pre_s_median"] for t in table])
     lines += ["", f"Scoring speed (one process): full score {1 / full:.1f} candidates/s, pre-score {1 / pre:.0f} "
