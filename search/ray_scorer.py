@@ -54,7 +54,8 @@ def connect(ray_address: str | None = None, num_cpus: int | None = None) -> None
         if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         else:
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+            # All local CPUs, at least: the process may later ask for more workers than its first scorer did.
+            ray.init(num_cpus=max(num_cpus or 1, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
             _started_ray = True
             atexit.register(_shutdown)
