@@ -31,7 +31,7 @@ def _task(name: str, target: str = "llvm") -> dt.Task:
 def test_cpu_candidates_build_and_match_unscheduled(name: str) -> None:
     task = _task(name)
     space = dt.SearchSpace(task)
-    assert 1 <= len(space.sketches) < 10
+    assert 0 < len(space.sketches) < 10
     reference = None
     from drytune.verify import random_inputs, run_module
 
@@ -82,7 +82,7 @@ def _thread_extents(mod: tvm.IRModule) -> tuple[int, int]:
 def test_cuda_candidates_respect_spec_limits(name: str) -> None:
     task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "cuda-sm90", name=name)
     space = dt.SearchSpace(task)
-    assert 1 <= len(space.sketches) < 10
+    assert 0 < len(space.sketches) < 10
     for cand in space.sample(6, seed=3):
         mod = cand.to_mod()
         threads, _ = _thread_extents(mod)
