@@ -105,7 +105,8 @@ def _written_params(func: tirx.PrimFunc) -> list[int]:
     return written or [len(func.params) - 1]
 
 
-def _random_inputs(signature: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.ndarray]:
+def random_arrays(signature: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.ndarray]:
+    """Seeded random arrays for (shape, dtype) pairs: floats in [-1, 1), integers in [0, 8), booleans."""
     rng = np.random.default_rng(seed)
     arrays = []
     for shape, dtype in signature:
@@ -139,7 +140,7 @@ class _Runner:
         if key not in self.refs:
             ref = tvm.ir.load_json(ref_json)
             rt_mod, name = self._build(ref, target)
-            inputs = _random_inputs(_signature(ref[name]), seed)
+            inputs = random_arrays(_signature(ref[name]), seed)
             self.refs.clear()  # keep one reference: they can be large
             arrays = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
             self.refs[key] = (arrays, _written_params(ref[name]))
@@ -159,7 +160,7 @@ class _Runner:
         build_s = time.perf_counter() - t0
         func = mod[name]
         signature = _signature(func)
-        inputs = _random_inputs(signature, job["seed"])
+        inputs = random_arrays(signature, job["seed"])
         out: dict[str, Any] = {"build_s": build_s}
         try:
             if job["ref"] is not None:

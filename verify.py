@@ -8,6 +8,7 @@ import numpy as np
 import tvm
 
 from .errors import InvalidCandidateError
+from .measure import random_arrays
 from .task import Task
 
 
@@ -19,14 +20,7 @@ class CheckResult:
 
 def random_inputs(task: Task, seed: int = 0) -> list[np.ndarray]:
     """Random arrays for every parameter of the task (outputs included; they are overwritten)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _, shape, dtype in task.params:
-        if dtype.startswith("float"):
-            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
-        else:
-            out.append(rng.integers(0, 8, size=shape).astype(dtype))
-    return out
+    return random_arrays([(shape, dtype) for _, shape, dtype in task.params], seed)
 
 
 def run_module(mod: tvm.IRModule, task: Task, inputs: list[np.ndarray]) -> list[np.ndarray]:

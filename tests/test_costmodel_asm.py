@@ -6,6 +6,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, te, tirx
 
+from drytune import workloads
 from drytune.costmodel import asm
 from drytune.costmodel.asm import IRLoop
 from drytune.target import resolve_target
@@ -176,11 +177,7 @@ M = N = K = 128
 
 
 def _matmul():
-    A = te.placeholder((M, K), "float32", name="A")
-    B = te.placeholder((K, N), "float32", name="B")
-    k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return te.create_prim_func([A, B, C])
+    return te.create_prim_func(workloads.gemm(M, N, K))
 
 
 def _schedule(lanes: int, decompose: bool = True) -> s_tir.Schedule:

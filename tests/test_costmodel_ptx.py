@@ -6,6 +6,7 @@ import pytest
 import tvm
 from tvm import s_tir, te
 
+from drytune import workloads
 from drytune.costmodel import cuda_build as cb
 from drytune.costmodel import gpu_features as gf
 from drytune.costmodel import ptx
@@ -19,11 +20,7 @@ BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 
 
 def _matmul():
-    A = te.placeholder((M, K), "float32", name="A")
-    B = te.placeholder((K, N), "float32", name="B")
-    k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return te.create_prim_func([A, B, C])
+    return te.create_prim_func(workloads.gemm(M, N, K))
 
 
 def _gpu_matmul(scope: str = "shared") -> tvm.IRModule:
