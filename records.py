@@ -17,6 +17,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from .annotate.candidate import Candidate
 from .sketch.sketch import Sketch
+from .target import target_identity
 from .task import Task
 
 log = logging.getLogger(__name__)
@@ -95,15 +96,18 @@ class RecordStore:
             return []
         workload = self.db.commit_workload(task.mod)
         out = []
+        wanted = target_identity(task.target)
+        other: dict[str, int] = {}
         for rec in self.db.get_all_tuning_records():
             if not tvm_ffi.structural_equal(rec.workload.mod, workload.mod):
                 continue
-            if rec.target is not None and rec.target.kind.name != task.target.kind.name:
-                log.warning("ignoring a record of target %s for task %s (%s)", rec.target.kind.name, task.name,
-                            task.target.kind.name)
+            if rec.target is not None and target_identity(rec.target) != wanted:
+                other[target_identity(rec.target)] = other.get(target_identity(rec.target), 0) + 1
                 continue
             secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else [float("inf")]
             out.append(Record(rec.trace, min(secs), rec.workload.mod, str(rec.target)))
+        for ident, n in other.items():
+            log.warning("ignoring %d record(s) of target %r for task %s (tuning for %r)", n, ident, task.name, wanted)
         out.sort(key=lambda r: r.seconds)
         return out
 

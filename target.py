@@ -213,3 +213,10 @@ def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None
 def spec_for(target: str | dict | Target) -> HardwareSpec:
     """The `HardwareSpec` of a target (see `resolve_target`)."""
     return resolve_target(target)[1]
+
+
+def target_identity(target: Target) -> str:
+    """What makes code for one target wrong for another: kind, CPU/GPU architecture and triple."""
+    attrs = dict(target.attrs)
+    parts = [target.kind.name] + [f"{k}={attrs[k]}" for k in ("mcpu", "arch", "mtriple") if attrs.get(k)]
+    return " ".join(parts)

@@ -1,0 +1,29 @@
+"""Tunable parameters of the task scheduler and the network tuning loop, with their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GradientConfig:
+    """Ansor's gradient task scheduler (paper, section 6)."""
+
+    alpha: float = 0.2  # weight of the backward (observed) difference against the optimistic forward guess
+    beta: float = 2.0  # a task may reach 1/beta of the best throughput among its similar tasks
+    window: int = 3  # rounds in the backward difference
+    eps_greedy: float = 0.05  # chance of picking a random unfinished task instead of the steepest one
+    similar_flops_ratio: float = 4.0  # tasks of one operator kind within this FLOP ratio are similar
+    early_stopping: int | None = None  # rounds without improvement after which a task stops (None: never)
+    max_invalid_rounds: int = 3  # rounds with no valid candidate at all after which a task stops
+
+
+@dataclass(frozen=True)
+class NetworkTuneConfig:
+    """The network tuning loop: round size, warm-up and the final check."""
+
+    round_size: int = 32  # candidates fully scored per round of one task
+    warmup_rounds: int = 1  # rounds every task gets before the gradient decides
+    check_rtol: float = 1e-3  # tuned network vs reference output
+    check_atol: float = 1e-3
+    check_seed: int = 0  # random inputs of the output check

@@ -1,0 +1,167 @@
+"""`tune_network`: import a model, extract its tasks, tune them within budgets, build and check the result."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..records import RecordStore
+from ..search.scorer import CostModelSpec, LocalScorer, Scorer
+from ..search.tune import heal_records
+from ..target import resolve_target, target_identity
+from .budget import Budget, BudgetConfig, BudgetError
+from .build import build_checked
+from .config import GradientConfig, NetworkTuneConfig
+from .network_tuner import NetworkTuner
+from .progress import RoundProgress
+from .task_scheduler import TaskScheduler
+from .tuned import TunedNetwork
+from .workdir import TaskInfo, read_network, read_rounds, set_aside_rounds, write_network
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET = "10m"
+
+
+def prepare(model: Any, example_inputs: Sequence | None, target: Any, *, name: str | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None):
+    """Import the model and extract its tasks: (network, tvm target, fused module, tasks, skipped)."""
+    from ..extract import extract_tasks, fuse
+    from ..network import load_network
+
+    tvm_target, _ = resolve_target(target)
+    network = load_network(model, example_inputs, name=name, input_shapes=input_shapes)
+    fused = fuse(network.mod, tvm_target)
+    tasks = extract_tasks(fused, tvm_target)
+    return network, tvm_target, fused, list(tasks), list(getattr(tasks, "skipped", []))
+
+
+def tune_network(
+    model: Any,
+    example_inputs: Sequence | None = None,
+    *,
+    target: Any = "llvm",
+    budget: str | float | Budget | Mapping | None = None,
+    task_budgets: BudgetConfig | Mapping | str | os.PathLike | None = None,
+    ray_address: str | None = None,
+    work_dir: str = "drytune-work",
+    num_workers: int | None = None,
+    strategy: str = "portfolio",
+    task_scheduler: str | TaskScheduler = "gradient",
+    latency_target: float | None = None,
+    cost_model: CostModelSpec = None,
+    name: str | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    check: bool = True,
+    config: NetworkTuneConfig | None = None,
+    gradient: GradientConfig | None = None,
+    scorer: Scorer | None = None,
+) -> TunedNetwork:
+    """Tune a whole network and return it built, checked and ready to run.
+
+    `model`: a torch.nn.Module (with `example_inputs`), a path to an ONNX file, or a relax IRModule.
+    `budget`: "10m", seconds, "2000 trials" or {"seconds": ..., "trials": ...}; it counts every run in
+    `work_dir`, so a killed run resumes with what is left (raise the budget to tune further).
+    `task_budgets`: per-task limits (see `BudgetConfig`; a dict, or a TOML/JSON file that may also hold the
+    global budget). Candidates are scored on Ray: an embedded local Ray (`num_workers` actors, default one per
+    CPU), the cluster at `ray_address` / $RAY_ADDRESS, or in this process with `num_workers=0`.
+    """
+    config = config or NetworkTuneConfig()
+    network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
+                                                          input_shapes=input_shapes)
+    budgets = BudgetConfig.coerce(task_budgets)
+    total = Budget.parse(budget) if budget is not None else budgets.budget or Budget.parse(DEFAULT_BUDGET)
+    names = [nt.name for nt in tasks]
+    limits = budgets.resolve(names)
+    if total.trials is not None:
+        floor = sum(lim.min_trials or 0 for lim in limits)
+        if floor > total.trials:
+            raise BudgetError(f"the tasks' min_trials add up to {floor}, more than the global budget of "
+                              f"{total.trials} trials")
+    if total.seconds is not None:
+        floor_s = sum(lim.min_seconds or 0 for lim in limits)
+        if floor_s > total.seconds:
+            raise BudgetError(f"the tasks' min_seconds add up to {floor_s:g} s, more than the global budget of "
+                              f"{total.seconds:g} s")
+
+    os.makedirs(work_dir, exist_ok=True)
+    heal_records(work_dir)
+    store = RecordStore(work_dir)
+    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total))
+
+    own_scorer = scorer is None
+    if scorer is None:
+        if num_workers == 0:
+            scorer = LocalScorer(cost_model)
+        else:
+            from ..search.ray_scorer import RayScorer
+
+            scorer = RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+    bar = RoundProgress(total, enabled=progress, desc=f"tune {network.name}")
+    tuner = NetworkTuner(tasks, limits, scorer, budget=total, store=store, work_dir=work_dir, strategy=strategy,
+                         task_scheduler=task_scheduler, latency_target=latency_target, config=config,
+                         gradient=gradient, seed=seed, on_round=bar.update)
+    tuner.restore(rounds)
+    if rounds:
+        log.info("resuming %s: %.0f s and %d trials already spent", work_dir, tuner.elapsed_before, tuner.trials)
+    try:
+        with bar:
+            tuner.run()
+    finally:
+        if own_scorer:
+            scorer.close()
+
+    inputs = reference = None
+    if check:
+        from ..network import random_inputs
+
+        inputs = random_inputs(network, seed=config.check_seed)
+        reference = _reference(network, fused, tvm_target, inputs)
+    built = build_checked(fused, tasks, store, tvm_target, reference=reference, inputs=inputs,
+                          rtol=config.check_rtol, atol=config.check_atol)
+    return TunedNetwork(network=network, target=tvm_target, tasks=tasks, skipped=skipped, states=tuner.states,
+                        built=built, work_dir=work_dir)
+
+
+def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str) -> list:
+    """Write network.json; return the round log to resume from (empty for another model or target)."""
+    fingerprint = str(network.fingerprint)
+    ident = target_identity(target)
+    previous = read_network(work_dir)
+    rounds = read_rounds(work_dir)
+    if previous is not None and (previous.get("fingerprint") != fingerprint or previous.get("target") != ident):
+        log.warning("%s was used for model %r on %r; its records stay, but only those of identical subgraphs "
+                    "and target are used for %r on %r", work_dir, previous.get("model"), previous.get("target"),
+                    network.name, ident)
+        set_aside_rounds(work_dir, str(previous.get("fingerprint", "other")))
+        rounds = []
+    infos = [TaskInfo(nt.name, float(nt.weight), float(nt.flops), nt.kind, float(nt.weight)) for nt in tasks]
+    write_network(work_dir, model=network.name, fingerprint=fingerprint, target=ident, tasks=infos,
+                  skipped=[(s[0], s[1]) if isinstance(s, (tuple, list)) else (str(s), "") for s in skipped],
+                  budget=budget)
+    return rounds
+
+
+def _reference(network, fused, target, inputs: list[np.ndarray]):
+    """The framework's output when the model came with one, else the untuned TVM build's (computed lazily)."""
+    from ..search.select import runs_here
+    from .build import compile_module, run_executable
+
+    if not runs_here(target):
+        return None
+    if getattr(network, "reference", None) is not None:
+        return lambda: [np.asarray(x) for x in network.reference(*inputs)]
+    cache: list[list[np.ndarray]] = []
+
+    def untuned() -> list[np.ndarray]:
+        if not cache:
+            cache.append(run_executable(compile_module(fused, target), inputs))
+        return cache[0]
+
+    return untuned

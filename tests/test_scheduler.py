@@ -1,0 +1,177 @@
+"""The gradient task scheduler and the budget configuration, on plain numbers (no TVM needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from drytune.scheduler.budget import Budget, BudgetConfig, BudgetError, parse_seconds
+from drytune.scheduler.config import GradientConfig
+from drytune.scheduler.task_scheduler import (
+    GradientTaskScheduler,
+    RoundRobinTaskScheduler,
+    TaskState,
+    objective,
+)
+
+NAMES = ["fused_conv2d_add_relu", "fused_conv2d1_add", "fused_matmul_add", "softmax"]
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2.5m", 150), (45, 45),
+                                          ("120", 120), ("1h 5m", 3900)])
+def test_durations(text, seconds) -> None:
+    assert parse_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["ten minutes", "10x", "-5", "5m3", ""])
+def test_bad_durations(text) -> None:
+    with pytest.raises(BudgetError, match="duration"):
+        parse_seconds(text)
+
+
+def test_budget_forms() -> None:
+    assert Budget.parse("10m") == Budget(seconds=600)
+    assert Budget.parse("2000 trials") == Budget(trials=2000)
+    assert Budget.parse({"seconds": "1m", "trials": 64}) == Budget(seconds=60, trials=64)
+    with pytest.raises(BudgetError, match="unknown budget key"):
+        Budget.parse({"minutes": 3})
+    with pytest.raises(BudgetError, match="negative"):
+        Budget(trials=-1)
+
+
+def test_rules_by_pattern_and_index_later_overrides() -> None:
+    cfg = BudgetConfig.from_dict({"budget": "5m", "tasks": {
+        "fused_conv2d*": {"min_trials": 64, "max_seconds": "90s"},
+        "fused_conv2d1_add": {"min_trials": 8},
+        3: {"skip": True},
+        "2": {"weight": 5, "strategy": "cmaes"},
+    }})
+    assert cfg.budget == Budget(seconds=300)
+    limits = cfg.resolve(NAMES)
+    assert limits[0].min_trials == 64 and limits[0].max_seconds == 90
+    assert limits[1].min_trials == 8 and limits[1].max_seconds == 90  # only min_trials overridden
+    assert limits[2].weight == 5 and limits[2].strategy == "cmaes"
+    assert limits[3].skip and not limits[0].skip
+
+
+def test_unknown_task_lists_valid_names() -> None:
+    with pytest.raises(BudgetError) as err:
+        BudgetConfig.from_dict({"fused_dense*": {"max_trials": 3}}).resolve(NAMES)
+    assert "matches no task" in str(err.value)
+    for name in NAMES:
+        assert name in str(err.value)
+    with pytest.raises(BudgetError, match="out of range"):
+        BudgetConfig.from_dict({7: {"skip": True}}).resolve(NAMES)
+
+
+@pytest.mark.parametrize("limits,message", [
+    ({"max_trials": -3}, "must not be negative"),
+    ({"min_trials": 10, "max_trials": 5}, "exceeds max_trials"),
+    ({"min_seconds": "2m", "max_seconds": "1m"}, "exceeds max_seconds"),
+    ({"max_trails": 3}, "unknown key"),
+    ({"strategy": "annealing"}, "unknown strategy"),
+    ({"skip": True, "min_trials": 4}, "contradicts"),
+    ({"weight": -1}, "non-negative"),
+])
+def test_bad_limits(limits, message) -> None:
+    with pytest.raises(BudgetError, match=message):
+        BudgetConfig.from_dict({"softmax": limits}).resolve(NAMES)
+
+
+def test_budget_files(tmp_path) -> None:
+    toml = tmp_path / "b.toml"
+    toml.write_text('budget = "2m"\n[tasks."fused_matmul*"]\nmax_trials = 32\n[tasks.0]\nskip = true\n')
+    cfg = BudgetConfig.from_file(toml)
+    assert cfg.budget == Budget(seconds=120)
+    limits = cfg.resolve(NAMES)
+    assert limits[2].max_trials == 32 and limits[0].skip
+    js = tmp_path / "b.json"
+    js.write_text(json.dumps({"budget": "100 trials", "tasks": {"softmax": {"min_trials": 16}}}))
+    assert BudgetConfig.from_file(js).resolve(NAMES)[3].min_trials == 16
+    bad = tmp_path / "bad.toml"
+    bad.write_text("budget = [unclosed\n")
+    with pytest.raises(BudgetError, match="not valid TOML"):
+        BudgetConfig.from_file(bad)
+    with pytest.raises(BudgetError, match="cannot read"):
+        BudgetConfig.from_file(tmp_path / "missing.toml")
+
+
+# ---------------------------------------------------------------------------------------------- scheduler
+
+
+def state(name: str, history: list[float], weight: float = 1.0, flops: float = 1e9, kind: str = "conv2d") -> TaskState:
+    s = TaskState(name, weight, flops, kind)
+    for best in history:
+        s.add_round(best, 32, 1.0)
+    return s
+
+
+def test_warmup_goes_to_every_task_first() -> None:
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    states = [state("a", [1e-3]), state("b", []), state("c", [])]
+    assert sched.next_task(states) == 1
+    states[1].add_round(2e-3, 32, 1.0)
+    assert sched.next_task(states) == 2
+
+
+def test_task_without_valid_candidate_comes_first() -> None:
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    states = [state("a", [1e-3, 9e-4]), state("b", [math.inf])]
+    assert sched.next_task(states) == 1
+
+
+def test_weight_decides_between_equal_histories() -> None:
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    states = [state("a", [4e-3, 3e-3], kind="x"), state("b", [4e-3, 3e-3], weight=10, kind="y")]
+    assert sched.next_task(states) == 1
+
+
+def test_similar_task_throughput_points_at_the_laggard() -> None:
+    # b does the same kind of work as a at the same FLOPs but is 10x slower: beta * C_b / V_a - g_b is very negative
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    a = state("a", [1e-3] * 8)
+    b = state("b", [1e-2] * 8)
+    c = state("c", [5e-3] * 8, kind="matmul")  # no similar task: only -g/t counts
+    assert sched.similar([a, b, c], 1) == [0, 1]
+    assert sched.gradient([a, b, c], 1) < sched.gradient([a, b, c], 2) < 0
+    assert sched.next_task([a, b, c]) == 1
+
+
+def test_backward_difference_favours_a_task_still_improving() -> None:
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    flat = state("flat", [2e-3] * 6, kind="x")
+    falling = state("falling", [4e-3, 3.5e-3, 3e-3, 2.6e-3, 2.3e-3, 2e-3], kind="y")
+    assert sched.next_task([flat, falling]) == 1
+
+
+def test_finished_tasks_are_never_picked() -> None:
+    sched = GradientTaskScheduler()
+    states = [state("a", [1e-3]), state("b", [5e-3])]
+    states[1].done = "search space exhausted"
+    assert all(sched.next_task(states) == 0 for _ in range(50))
+    states[0].done = "reached max_trials = 32"
+    assert sched.next_task(states) is None
+    assert RoundRobinTaskScheduler().next_task(states) is None
+
+
+def simulate(sched, rounds: int) -> float:
+    """Tasks whose latency falls as g(t) = floor * (1 + gap / t); f after `rounds` picks."""
+    tasks = [(10.0, 1e-3, 8.0), (1.0, 2e-3, 4.0), (1.0, 5e-4, 1.0), (4.0, 3e-3, 2.0), (1.0, 1e-4, 0.5)]
+    states = [TaskState(f"t{i}", w, 1e9 * (i + 1), f"k{i}") for i, (w, _, _) in enumerate(tasks)]
+    for _ in range(rounds):
+        i = sched.next_task(states)
+        _, floor, gap = tasks[i]
+        states[i].add_round(floor * (1 + gap / (states[i].rounds + 1)), 32, 1.0)
+    return objective(states)
+
+
+def test_gradient_beats_round_robin_on_diminishing_returns() -> None:
+    for seed in range(3):
+        grad = simulate(GradientTaskScheduler(GradientConfig(), seed=seed), 40)
+        rr = simulate(RoundRobinTaskScheduler(), 40)
+        assert grad < rr
