@@ -1,4 +1,4 @@
-"""Command line of drytune: `drytune ops`, `drytune space OP`, `drytune tune-op OP` (networks arrive later)."""
+"""Command line of drytune: operators (ops, space, tune-op, calibrate) and networks (tasks, tune, report)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,97 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_model_arg(spec: str):
+    """MODEL on the command line: an .onnx file, a zoo model name, or `file.py:function` returning
+    (torch module, example inputs)."""
+    import os
+
+    from . import zoo
+
+    if spec.endswith(".onnx") or (os.path.exists(spec) and not spec.endswith(".py")):
+        if not os.path.exists(spec):
+            raise ValueError(f"model file {spec} does not exist")
+        return spec, None
+    if ":" in spec:
+        import importlib.util
+
+        path, func = spec.rsplit(":", 1)
+        if not os.path.exists(path):
+            raise ValueError(f"model file {path} does not exist")
+        module_spec = importlib.util.spec_from_file_location("drytune_user_model", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        if not hasattr(module, func):
+            raise ValueError(f"{path} defines no function {func!r}")
+        model, inputs = getattr(module, func)()
+        return model, inputs
+    if spec in zoo.MODELS:
+        return zoo.get_model(spec)
+    raise ValueError(f"unknown model {spec!r}: give an .onnx file, file.py:function, or one of {', '.join(zoo.MODELS)}")
+
+
+def _input_shapes(items: list[str] | None) -> dict[str, list[int]] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        try:
+            out[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise ValueError(f"--input-shape {item!r}: expected NAME=D1,D2,...") from None
+    return out
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from .scheduler.tune_network import prepare
+
+    model, inputs = load_model_arg(args.model)
+    network, target, _, tasks, skipped = prepare(model, inputs, args.target, input_shapes=_input_shapes(
+        args.input_shape))
+    print(f"{network.name}: {len(tasks)} tasks for {target.kind.name}")
+    print(f"{'#':>3}  {'task':<48} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
+    for i, nt in enumerate(tasks):
+        print(f"{i:>3}  {nt.name:<48} {nt.kind:<14} {nt.weight:>5g} {nt.flops / 1e9:>9.4f}")
+    for item in skipped:
+        print(f"not tunable (default schedule): {item[0]}: {item[1]}")
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    from .scheduler.tune_network import tune_network
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    model, inputs = load_model_arg(args.model)
+    net = tune_network(model, inputs, target=args.target, budget=args.budget, task_budgets=args.budgets,
+                       ray_address=args.ray_address, work_dir=args.work_dir, num_workers=args.num_workers,
+                       strategy=args.strategy, seed=args.seed, progress=not args.quiet,
+                       input_shapes=_input_shapes(args.input_shape), name=os.path.basename(args.model))
+    report = net.report()
+    print(report.table())
+    print(f"check: {net.check}")
+    if args.export:
+        print(f"exported {net.export(args.export)}")
+    png = report.plot(os.path.join(args.work_dir, "tuning_curve.png"))
+    print(f"tuning curve: {png}; records: {args.work_dir}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from .scheduler.report import load_report
+
+    report = load_report(args.work_dir)
+    print(report.table())
+    png = report.plot(args.png or os.path.join(args.work_dir, "tuning_curve.png"))
+    print(f"tuning curve: {png}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="drytune", description="Static auto-scheduling of tensor programs.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -140,14 +231,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="use the operator's small test shape")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_tune_op)
+
+    model_help = "an .onnx file, file.py:function returning (torch module, example inputs), or a zoo model"
+    p = sub.add_parser("tasks", help="list a model's tasks (fused subgraphs) with calls and FLOPs")
+    p.add_argument("model", help=model_help)
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.set_defaults(func=_cmd_tasks)
+    p = sub.add_parser("tune", help="tune a whole network and build it")
+    p.add_argument("model", help=model_help)
+    p.add_argument("--budget", default=None, help='e.g. 10m, 600, "2000 trials" (default: the budgets file, else 10m)')
+    p.add_argument("--target", default="llvm", help="short name (llvm, x86-avx512, aarch64, cuda-sm90...) or JSON")
+    p.add_argument("--budgets", default=None, help="per-task budgets, a TOML or JSON file (see `drytune tasks`)")
+    p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: $RAY_ADDRESS or local Ray)")
+    p.add_argument("--num-workers", type=int, default=None, help="scoring actors (default: one per CPU)")
+    p.add_argument("--work-dir", default="drytune-work", help="records and round log; a rerun resumes from it")
+    p.add_argument("--strategy", default="portfolio", choices=("portfolio", "evolutionary", "cmaes", "random"))
+    p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.add_argument("--export", default=None, help="write the tuned network as a shared library (.so)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_tune)
+    p = sub.add_parser("report", help="per-task table and tuning-curve PNG of a network work directory")
+    p.add_argument("work_dir")
+    p.add_argument("--png", default=None, help="where to write the PNG (default: WORK_DIR/tuning_curve.png)")
+    p.set_defaults(func=_cmd_report)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .errors import DrytuneError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (KeyError, ValueError) as err:
+    except (KeyError, ValueError, ImportError, DrytuneError) as err:
         print(f"drytune: error: {err}", file=sys.stderr)
         return 2
 

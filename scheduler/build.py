@@ -52,10 +52,9 @@ def choose_records(store: RecordStore | None, tasks: Sequence, *, skip: dict[str
         rejected: list[str] = []
         chosen = None
         records = store.records(nt.task) if store is not None else []
-        for i, rec in enumerate(records):
-            if i < (skip or {}).get(nt.name, 0):
-                rejected.append("failed the output check")
-                continue
+        passed_over = min((skip or {}).get(nt.name, 0), len(records))
+        rejected += ["failed the output check"] * min(passed_over, 1)
+        for rec in records[passed_over:]:
             why = _replays(rec)
             if why is None:
                 chosen = rec
