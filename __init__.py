@@ -5,9 +5,14 @@ candidates without running them. See README.md for the pipeline and the public A
 """
 
 from .annotate.candidate import Candidate
+from .costmodel.model import StaticCostModel
 from .errors import DrytuneError, InvalidCandidateError, UnsupportedProgramError
 from .measure import measure, measure_modules
 from .records import RecordStore
+from .scheduler.budget import Budget, BudgetConfig, TaskBudget
+from .scheduler.task_scheduler import GradientTaskScheduler, RoundRobinTaskScheduler, TaskScheduler
+from .scheduler.tune_network import tune_network
+from .scheduler.tuned import TunedNetwork
 from .search.tune import TuneResult, tune
 from .sketch.config import SpaceConfig
 from .sketch.rules import SketchRule, Verdict, default_rules
@@ -19,6 +24,15 @@ from .task import Task
 __version__ = "0.1.0"
 
 __all__ = [
+    "Budget",
+    "BudgetConfig",
+    "GradientTaskScheduler",
+    "RoundRobinTaskScheduler",
+    "StaticCostModel",
+    "TaskBudget",
+    "TaskScheduler",
+    "TunedNetwork",
+    "tune_network",
     "Candidate",
     "DrytuneError",
     "HardwareSpec",

@@ -1,0 +1,1 @@
+"""Whole networks: the gradient task scheduler, per-task budgets, the network tuning loop, build and report."""

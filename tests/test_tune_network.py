@@ -1,0 +1,151 @@
+"""Whole-network tuning on small models: real import, task scheduler, records, build, numeric check, export."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from drytune import zoo  # noqa: E402
+from drytune.records import RecordStore  # noqa: E402
+from drytune.scheduler.budget import BudgetError  # noqa: E402
+from drytune.scheduler.config import NetworkTuneConfig  # noqa: E402
+from drytune.scheduler.report import load_report  # noqa: E402
+from drytune.scheduler.tune_network import tune_network  # noqa: E402
+from drytune.scheduler.workdir import read_rounds  # noqa: E402
+
+SMALL = NetworkTuneConfig(round_size=8)
+
+
+def record_keys(work_dir: str) -> list[str]:
+    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
+        return [json.dumps(json.loads(line)[:2]) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def resnet_tiny():
+    return zoo.get_model("resnet_tiny")
+
+
+@pytest.fixture(scope="module")
+def tuned(resnet_tiny, tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("resnet_tiny"))
+    model, inputs = resnet_tiny
+    net = tune_network(model, inputs, target="llvm", budget="96 trials", work_dir=work, num_workers=0,
+                       progress=False, config=SMALL)
+    return net, work
+
+
+def test_tuned_network_matches_torch_and_uses_its_records(tuned, resnet_tiny) -> None:
+    net, work = tuned
+    assert "matches the reference" in net.check
+    model, inputs = resnet_tiny
+    import torch
+
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    got = net.run(*[x.numpy() for x in inputs])
+    np.testing.assert_allclose(got[0], want, rtol=1e-3, atol=1e-3)
+    tuned_names = {c.name for c in net.built.choices if c.record is not None}
+    assert tuned_names, "no task got a tuned schedule"
+    from drytune.scheduler.build import applied_tasks
+
+    assert tuned_names <= applied_tasks(net.built.module)
+    rounds = read_rounds(work)
+    assert sum(r.trials for r in rounds) == 96
+    assert len(set(record_keys(work))) == len(record_keys(work))  # nothing recorded twice
+
+
+def test_report_table_and_curve(tuned, tmp_path) -> None:
+    net, work = tuned
+    report = net.report()
+    assert [r.name for r in report.rows] == [t.name for t in net.tasks]
+    assert sum(r.trials for r in report.rows) == 96
+    assert report.predicted_total > 0
+    text = report.table()
+    assert all(t.name[:44] in text for t in net.tasks)
+    png = report.plot(str(tmp_path / "curve.png"))
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert subprocess.run([sys.executable, "-m", "drytune", "report", work, "--png", str(tmp_path / "c2.png")],
+                          capture_output=True, text=True, check=True).stdout.count("\n") >= len(net.tasks) + 3
+
+
+def test_exported_library_runs_in_a_fresh_process(tuned, resnet_tiny, tmp_path) -> None:
+    net, _ = tuned
+    lib = net.export(str(tmp_path / "net.so"))
+    x = resnet_tiny[1][0].numpy()
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import sys, numpy as np, tvm\nfrom tvm import relax\n"
+        f"vm = relax.VirtualMachine(tvm.runtime.load_module({lib!r}), tvm.cpu())\n"
+        f"out = vm['main'](tvm.runtime.tensor(np.load({str(tmp_path / 'x.npy')!r})))\n"
+        "out = out[0] if not hasattr(out, 'numpy') else out\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, out.numpy())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), net.run(x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_task_budgets_skip_cap_and_minimum(resnet_tiny, tmp_path) -> None:
+    model, inputs = resnet_tiny
+    from drytune.scheduler.tune_network import prepare
+
+    _, _, _, tasks, _ = prepare(model, inputs, "llvm")
+    heavy = max(range(len(tasks)), key=lambda i: tasks[i].flops)
+    light = min(range(len(tasks)), key=lambda i: tasks[i].flops)
+    budgets = {"budget": "64 trials", "tasks": {heavy: {"skip": True}, light: {"min_trials": 24}}}
+    work = str(tmp_path / "w")
+    net = tune_network(model, inputs, budget=None, task_budgets=budgets, work_dir=work, num_workers=0,
+                       progress=False, config=SMALL)
+    by_task = {s.name: s for s in net.states}
+    assert by_task[tasks[heavy].name].trials == 0 and by_task[tasks[heavy].name].done.startswith("skipped")
+    assert by_task[tasks[light].name].trials >= 24 or by_task[tasks[light].name].done == "search space exhausted"
+    assert RecordStore(work).records(tasks[heavy].task) == []
+    assert "matches the reference" in net.check
+    with pytest.raises(BudgetError, match=tasks[heavy].name):
+        tune_network(model, inputs, task_budgets={"no_such_task*": {"max_trials": 1}}, work_dir=str(tmp_path / "x"),
+                     num_workers=0, progress=False)
+
+
+def test_records_of_another_target_are_ignored(resnet_tiny, tuned, tmp_path, caplog) -> None:
+    import shutil
+
+    _, work = tuned
+    other = str(tmp_path / "copy")
+    shutil.copytree(work, other)
+    model, inputs = resnet_tiny
+    with caplog.at_level(logging.WARNING):
+        net = tune_network(model, inputs, target="x86-avx2", budget="0 trials", work_dir=other, num_workers=0,
+                           progress=False)
+    assert all(c.record is None for c in net.built.choices)
+    assert "ignoring" in caplog.text
+
+
+def test_killed_run_resumes_with_its_spent_budget(tmp_path) -> None:
+    work = str(tmp_path / "w")
+    cmd = [sys.executable, "-m", "drytune", "tune", "resnet_tiny", "--budget", "120 trials", "--num-workers", "0",
+           "--work-dir", work, "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(read_rounds(work)) < 3 and proc.poll() is None:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    spent = sum(r.trials for r in read_rounds(work))
+    assert 0 < spent < 120
+    subprocess.run(cmd, check=True, capture_output=True)
+    rounds = read_rounds(work)
+    assert sum(r.trials for r in rounds) == 120
+    keys = record_keys(work)
+    assert len(keys) == len(set(keys))
+    assert load_report(work).rows
