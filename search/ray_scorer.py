@@ -14,6 +14,7 @@ import collections
 import logging
 import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -40,13 +41,24 @@ class ScorerError(DrytuneError):
 
 
 def connect(ray_address: str | None = None, num_cpus: int | None = None) -> None:
-    """Join the Ray cluster at `ray_address` (or $RAY_ADDRESS), or start an embedded local one quietly."""
+    """Join the Ray cluster at `ray_address` (or $RAY_ADDRESS), or start an embedded local one quietly.
+
+    Already connected: a cluster asked for replaces the embedded Ray this process started; a connection
+    made by someone else to another cluster is an error.
+    """
     global _started_ray
     import ray
 
-    if ray.is_initialized():
-        return
     address = ray_address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        current = ray.get_runtime_context().gcs_address
+        if not address or _same_address(address, current):
+            return
+        if not _started_ray:
+            raise ScorerError(f"this process is connected to the Ray cluster at {current}; it cannot also join "
+                              f"{address} (call ray.shutdown() first)")
+        ray.shutdown()
+        _started_ray = False
     ray_log = logging.getLogger("ray")
     level = ray_log.level
     ray_log.setLevel(logging.ERROR)  # start-up notices (token authentication, ...) are not ours to show
@@ -61,6 +73,23 @@ def connect(ray_address: str | None = None, num_cpus: int | None = None) -> None
             atexit.register(_shutdown)
     finally:
         ray_log.setLevel(level)
+
+
+def _same_address(address: str, gcs_address: str) -> bool:
+    """Whether the user's cluster address names the GCS this process is connected to."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        wanted = canonicalize_bootstrap_address(address)
+    except (ValueError, ConnectionError):
+        return False
+    if wanted is None:  # "local": the embedded Ray serves
+        return _started_ray
+    (host, _, port), (cur_host, _, cur_port) = wanted.rpartition(":"), gcs_address.rpartition(":")
+    try:
+        return port == cur_port and socket.gethostbyname(host) == socket.gethostbyname(cur_host)
+    except OSError:
+        return False
 
 
 def _shutdown() -> None:
