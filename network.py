@@ -48,11 +48,12 @@ class Network:
     inputs: list[InputSpec]
     source: str  # "torch", "onnx" or "relax"
     fingerprint: str
-    reference_fn: Callable[..., list[np.ndarray] | None] | None = field(default=None, repr=False)
+    reference_fn: Callable[..., list[np.ndarray]] | None = field(default=None, repr=False)
 
     def reference(self, *inputs: np.ndarray) -> list[np.ndarray] | None:
         """The framework's own outputs for `inputs` (torch eager; onnx's reference evaluator for ONNX files), or
-        None when no framework can run the model (a Relax input); callers then compare with the untuned build."""
+        None when no framework can run the model (a Relax input, or an ONNX operator the evaluator lacks);
+        callers then compare with the untuned TVM build."""
         if self.reference_fn is None:
             return None
         if len(inputs) != len(self.inputs):
@@ -112,7 +113,7 @@ def relax_inputs(mod: tvm.IRModule) -> list[InputSpec]:
 
 
 def _make(name: str, mod: tvm.IRModule, source: str,
-          reference_fn: Callable[..., list[np.ndarray] | None] | None) -> Network:
+          reference_fn: Callable[..., list[np.ndarray]] | None) -> Network:
     return Network(name=name, mod=mod, inputs=relax_inputs(mod), source=source, fingerprint=fingerprint(mod),
                    reference_fn=reference_fn)
 
@@ -271,21 +272,21 @@ def _load_onnx(path: str, name: str | None, input_shapes: ShapesArg) -> Network:
     return _make(name or os.path.splitext(os.path.basename(path))[0], mod, "onnx", _onnx_reference(model, path))
 
 
-def _onnx_reference(model: Any, path: str) -> Callable[..., list[np.ndarray] | None]:
-    """Outputs of onnx's own reference evaluator (numpy, independent of TVM); None if it cannot run the model."""
+def _onnx_reference(model: Any, path: str) -> Callable[..., list[np.ndarray]] | None:
+    """onnx's own reference evaluator (numpy, independent of TVM), or None if it lacks the model's operators."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        evaluator = ReferenceEvaluator(model)
+    except Exception as err:  # it resolves every node's implementation here and rejects unknown operators
+        log.warning("onnx's reference evaluator cannot run %s (%s: %s); the network has no framework reference",
+                    path, type(err).__name__, err)
+        return None
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
 
-    def run(*inputs: np.ndarray) -> list[np.ndarray] | None:
-        from onnx.reference import ReferenceEvaluator
-
-        try:
-            outs = ReferenceEvaluator(model).run(None, dict(zip(names, inputs, strict=True)))
-        except Exception as err:  # the evaluator lacks some operators; the caller falls back to the TVM build
-            log.warning("onnx's reference evaluator cannot run %s (%s: %s); no framework reference",
-                        path, type(err).__name__, err)
-            return None
-        return flatten_outputs(outs)
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        return flatten_outputs(evaluator.run(None, dict(zip(names, inputs, strict=True))))
 
     return run
 
