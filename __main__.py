@@ -151,11 +151,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     network, target, _, tasks, skipped = prepare(model, inputs, args.target, input_shapes=_input_shapes(
         args.input_shape))
     print(f"{network.name}: {len(tasks)} tasks for {target.kind.name}")
-    print(f"{'#':>3}  {'task':<48} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
+    print(f"{'#':>3}  {'task':<60} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
     for i, nt in enumerate(tasks):
-        print(f"{i:>3}  {nt.name:<48} {nt.kind:<14} {nt.weight:>5g} {nt.flops / 1e9:>9.4f}")
+        print(f"{i:>3}  {nt.name:<60} {nt.kind:<14} {nt.weight:>5g} {nt.flops / 1e9:>9.4f}")
     for item in skipped:
-        print(f"not tunable (default schedule): {item[0]}: {item[1]}")
+        print(f"not tunable (default schedule): {item.name}: {item.reason}")
     return 0
 
 

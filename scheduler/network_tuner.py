@@ -117,7 +117,8 @@ class NetworkTuner:
         return min(below, key=lambda i: (self.states[i].rounds, i)) if below else None
 
     def _round_size(self, i: int) -> int:
-        n = self.config.round_size
+        warm = self.states[i].rounds < self.config.warmup_rounds
+        n = min(self.config.warmup_round_size, self.config.round_size) if warm else self.config.round_size
         lim = self.limits[i]
         if lim.max_trials is not None:
             n = min(n, lim.max_trials - self.states[i].trials)

@@ -42,22 +42,29 @@ class Report:
 
     @property
     def predicted_total(self) -> float:
-        return sum(r.calls * r.predicted for r in self.rows)
+        """Sum of calls x predicted over the tasks with a prediction (untuned tasks are not counted)."""
+        return sum(r.calls * r.predicted for r in self.rows if math.isfinite(r.predicted))
+
+    @property
+    def untuned(self) -> list[str]:
+        return [r.name for r in self.rows if not math.isfinite(r.predicted)]
 
     def table(self) -> str:
         spent = self.spent or 1.0
-        head = (f"{'#':>3}  {'task':<44} {'calls':>5} {'GFLOP':>8} {'trials':>6} {'budget':>6} "
+        head = (f"{'#':>3}  {'task':<60} {'calls':>5} {'GFLOP':>8} {'trials':>6} {'budget':>6} "
                 f"{'predicted':>10} {'measured':>10} {'x calls':>10}")
         lines = [f"model {self.model} on {self.target}; budget {self.budget}", head, "-" * len(head)]
         for r in self.rows:
             lines.append(
-                f"{r.index:>3}  {r.name[:44]:<44} {r.calls:>5g} {r.flops / 1e9:>8.3f} {r.trials:>6} "
+                f"{r.index:>3}  {r.name[:60]:<60} {r.calls:>5g} {r.flops / 1e9:>8.3f} {r.trials:>6} "
                 f"{100 * r.seconds / spent:>5.1f}% {format_seconds(r.predicted):>10} "
                 f"{format_seconds(r.measured) if r.measured is not None else '-':>10} "
                 f"{format_seconds(r.calls * r.predicted):>10}")
         lines.append("-" * len(head))
-        lines.append(f"predicted network latency {format_seconds(self.predicted_total)} (sum of calls x predicted); "
-                     f"tuning time {self.spent:.0f} s, {sum(r.trials for r in self.rows)} candidates scored")
+        untuned = f", {len(self.untuned)} untuned task(s) not counted" if self.untuned else ""
+        trials = sum(r.trials for r in self.rows)
+        lines.append(f"predicted network latency {format_seconds(self.predicted_total)} (sum of calls x predicted"
+                     f"{untuned}); tuning time {self.spent:.0f} s, {trials} candidates scored")
         for name, why in self.skipped:
             lines.append(f"not tuned: {name}: {why}")
         return "\n".join(lines)

@@ -143,7 +143,7 @@ def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str) 
         rounds = []
     infos = [TaskInfo(nt.name, float(nt.weight), float(nt.flops), nt.kind, float(nt.weight)) for nt in tasks]
     write_network(work_dir, model=network.name, fingerprint=fingerprint, target=ident, tasks=infos,
-                  skipped=[(s[0], s[1]) if isinstance(s, (tuple, list)) else (str(s), "") for s in skipped],
+                  skipped=[(s.name, s.reason) for s in skipped],
                   budget=budget)
     return rounds
 
@@ -155,7 +155,7 @@ def _reference(network, fused, target, inputs: list[np.ndarray]):
 
     if not runs_here(target):
         return None
-    if getattr(network, "reference", None) is not None:
+    if network.reference_fn is not None:
         return lambda: [np.asarray(x) for x in network.reference(*inputs)]
     cache: list[list[np.ndarray]] = []
 

@@ -72,7 +72,7 @@ def test_report_table_and_curve(tuned, tmp_path) -> None:
     assert sum(r.trials for r in report.rows) == 96
     assert report.predicted_total > 0
     text = report.table()
-    assert all(t.name[:44] in text for t in net.tasks)
+    assert all(t.name[:60] in text for t in net.tasks)
     png = report.plot(str(tmp_path / "curve.png"))
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -149,3 +149,19 @@ def test_killed_run_resumes_with_its_spent_budget(tmp_path) -> None:
     keys = record_keys(work)
     assert len(keys) == len(set(keys))
     assert load_report(work).rows
+
+
+def test_cuda_network_builds_with_every_function_scheduled(tmp_path) -> None:
+    """Cross-compiled for a GPU (no GPU here): tuned tasks from records, the rest from default schedules that bind
+    threads; the CUDA build fails if any PrimFunc is left unbound."""
+    from drytune.scheduler.build import applied_tasks
+
+    model, inputs = zoo.get_model("bert_tiny")
+    net = tune_network(model, inputs, target="cuda-sm90", budget="8 trials", work_dir=str(tmp_path / "w"),
+                       num_workers=0, progress=False, config=NetworkTuneConfig(round_size=4))
+    assert net.check.startswith("built; not run")
+    funcs = [gv.name_hint for gv, f in net.built.module.functions_items() if "PrimFunc" in type(f).__name__]
+    assert set(funcs) == applied_tasks(net.built.module)
+    assert any(c.record is not None for c in net.built.choices)
+    with pytest.raises(RuntimeError, match="built for cuda"):
+        net.run(*[x.numpy() for x in inputs])
