@@ -145,11 +145,13 @@ def _input_shapes(items: list[str] | None) -> dict[str, list[int]] | None:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
+    import os
+
     from .scheduler.tune_network import prepare
 
     model, inputs = load_model_arg(args.model)
-    network, target, _, tasks, skipped = prepare(model, inputs, args.target, input_shapes=_input_shapes(
-        args.input_shape))
+    network, target, _, tasks, skipped = prepare(model, inputs, args.target, name=os.path.basename(args.model),
+                                                  input_shapes=_input_shapes(args.input_shape))
     print(f"{network.name}: {len(tasks)} tasks for {target.kind.name}")
     print(f"{'#':>3}  {'task':<60} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
     for i, nt in enumerate(tasks):

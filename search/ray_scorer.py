@@ -219,7 +219,7 @@ class RayScorer(Scorer):
             return Scores(seconds, reasons)
         payload = self._payload(task, cands)
         items = [(c.sketch.name, c.decisions) for c in cands]
-        size = self.config.batch_size
+        size = max(1, min(self.config.batch_size, -(-len(cands) // len(self.workers))))  # every actor gets work
         todo = collections.deque(_Job(list(range(i, min(i + size, len(cands))))) for i in range(0, len(cands), size))
 
         def fail(job: _Job, reason: str) -> None:
@@ -230,13 +230,17 @@ class RayScorer(Scorer):
                 log.warning("candidate %s is invalid: %s", cands[job.indices[0]], reason)
 
         while todo or any(w.queue for w in self.workers):
-            for w in self.workers:  # keep a bounded number of batches queued on every actor
-                while todo and len(w.queue) < self.config.in_flight_per_worker + (0 if w.ready else 1):
-                    job = todo.popleft()
-                    job.ref = w.handle.score.remote(payload.token, [payload.ref], kind,
-                                                    [items[i] for i in job.indices])
-                    job.head_since = time.monotonic() if not w.queue else None
-                    w.queue.append(job)
+            placed = True
+            while todo and placed:  # one batch per actor in turn, up to a bounded number queued on each
+                placed = False
+                for w in self.workers:
+                    if todo and len(w.queue) < self.config.in_flight_per_worker + (0 if w.ready else 1):
+                        job = todo.popleft()
+                        job.ref = w.handle.score.remote(payload.token, [payload.ref], kind,
+                                                        [items[i] for i in job.indices])
+                        job.head_since = time.monotonic() if not w.queue else None
+                        w.queue.append(job)
+                        placed = True
             refs = [j.ref for w in self.workers for j in w.queue]
             done, _ = ray.wait(refs, num_returns=1, timeout=self._wait_s())
             if done:

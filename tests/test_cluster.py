@@ -53,3 +53,25 @@ def test_tune_on_two_node_cluster_scores_on_both_nodes(ray_cluster: str, tmp_pat
     assert np.isfinite(result.predicted) and result.check == "output matches the unscheduled program"
     reference = run_module(task.mod, task, random_inputs(task))
     assert check_candidate(task, result.best, reference=reference).ok
+
+
+def test_tune_network_on_two_node_cluster(ray_cluster: str, tmp_path) -> None:
+    """The whole-network tuner on the cluster: both nodes score, the built network matches torch."""
+    pytest.importorskip("torch")
+    import ray
+
+    from drytune import zoo
+    from drytune.scheduler.config import NetworkTuneConfig
+
+    model, inputs = zoo.get_model("bert_tiny")
+    scored_dir = str(tmp_path / "scored")
+    net = dt.tune_network(model, inputs, budget="32 trials", ray_address=ray_cluster, num_workers=2,
+                          work_dir=str(tmp_path / "work"), cost_model=node_recording_model(scored_dir),
+                          progress=False, config=NetworkTuneConfig(round_size=8))
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    predicted = scored_per_node(scored_dir, "predict")
+    assert set(predicted) == nodes, f"candidates scored per node: {dict(predicted)}; cluster nodes: {nodes}"
+    assert sum(s.trials for s in net.states) == 32
+    assert "matches the reference" in net.check
+    got = net.run(*[x.numpy() for x in inputs])
+    np.testing.assert_allclose(got[0], model(*inputs).detach().numpy(), rtol=1e-3, atol=1e-3)
