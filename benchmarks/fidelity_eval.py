@@ -12,7 +12,7 @@ from scipy import stats
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import fit_coefficients
+from drytune.costmodel.calibrate import fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import MeasuredRow, read_rows
 from drytune.costmodel.model import Coefficients, StaticCostModel, default_coefficients_path
@@ -52,28 +52,44 @@ def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
     return out
 
 
-def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 2) -> dict[str, dict]:
+def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1) -> dict[str, dict]:
+    """Features of every measured row, cached in `cache_path`; entries of an older feature set are recomputed."""
     cache: dict[str, dict] = {}
+    stale = 0
     if os.path.exists(cache_path):
         with open(cache_path) as f:
             for line in f:
                 if line.strip():
                     d = json.loads(line)
+                    if "values" in d and len(d["values"]) != len(FEATURE_NAMES):
+                        stale += 1
+                        continue
                     cache[d["key"]] = d
+    if stale:
+        print(f"dropping {stale} cached entries of an older feature set", flush=True)
+        with open(cache_path, "w") as out:
+            out.writelines(json.dumps(e) + "\n" for e in cache.values())
     todo: dict[str, list[dict]] = {}
     for r in rows:
         if r.ok and _row_key(r) not in cache:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
     jobs = [(op, chunk[i:i + 25]) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
-        print(f"computing features of {sum(len(c) for _, c in jobs)} candidates in {workers} processes", flush=True)
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers) as pool, open(cache_path, "a") as out:
-            for entries in pool.imap_unordered(_features_job, jobs):
+        print(f"computing features of {sum(len(c) for _, c in jobs)} candidates in {workers} process(es)", flush=True)
+        if workers > 1:
+            ctx = multiprocessing.get_context("spawn")
+            pool = ctx.Pool(workers)
+            results = pool.imap_unordered(_features_job, jobs)
+        else:
+            pool, results = None, map(_features_job, jobs)
+        with open(cache_path, "a") as out:
+            for entries in results:
                 for e in entries:
                     cache[e["key"]] = e
                     out.write(json.dumps(e) + "\n")
                 out.flush()
+        if pool is not None:
+            pool.close()
     return cache
 
 
@@ -146,7 +162,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         others = [(r, e) for o, d in by_op.items() if o != op for r, e in d]
         F_train = np.array([e["values"] for _, e in others])
         y_train = np.array([r.seconds for r, _ in others])
-        coef = fit_coefficients(F_train, y_train, spec.freq_ghz)
+        coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=[r.op for r, _ in others], init=default)
         F = np.array([e["values"] for _, e in data])
         pred = F @ coef
         row = {"op": op, "n": len(data), "noise_median_spread": float(np.median(spreads)) if len(spreads) else None,

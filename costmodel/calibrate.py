@@ -1,7 +1,10 @@
 """Calibration: fit the linear coefficients of the static model to measurements on this machine.
 
-The only place in drytune that runs candidates. Coefficients are fitted by non-negative least squares on
-relative error (each row divided by its measured time), so fast and slow kernels weigh alike.
+The only place in drytune that runs candidates. Two fits: `fit_coefficients`, non-negative least squares
+on relative error (each row divided by its measured time), and `fit_log_ranking`, which fits log latency
+after removing each operator's mean (what a search needs is the order of an operator's candidates, not
+the operators' relative scale) with a robust loss, then sets the overall scale from the median ratio so
+that the result is still cycles. `calibrate` uses the second.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 from ..space import SearchSpace
 from ..task import Task
@@ -38,10 +41,41 @@ def fit_coefficients(features: np.ndarray, seconds: np.ndarray, freq_ghz: float)
     return coef / scale
 
 
+def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, groups: Sequence | None = None,
+                    init: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative a minimising a soft-L1 loss of log(a . f_i) - log(cycles_i) with each group's mean removed;
+    the scale of a is then set so that the median of cycles_i / (a . f_i) is 1."""
+    features = np.asarray(features, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    ok = np.isfinite(seconds) & (seconds > 0) & np.all(np.isfinite(features), axis=1)
+    if ok.sum() < features.shape[1]:
+        raise ValueError(f"need at least {features.shape[1]} valid measurements to fit, got {int(ok.sum())}")
+    feats = features[ok]
+    log_cycles = np.log(seconds[ok] * freq_ghz * 1e9)
+    labels = np.zeros(len(feats), dtype=int) if groups is None else np.unique(np.asarray(groups)[ok],
+                                                                               return_inverse=True)[1]
+    counts = np.bincount(labels)
+
+    def centred(v: np.ndarray) -> np.ndarray:
+        return v - (np.bincount(labels, v) / counts)[labels]
+
+    scale = np.array([np.median(c[c > 0]) if np.any(c > 0) else 1.0 for c in feats.T])  # columns of unit size
+    target = centred(log_cycles)
+    start = np.ones(feats.shape[1]) if init is None else np.maximum(np.asarray(init, dtype=np.float64) * scale, 1e-9)
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        return centred(np.log(feats / scale @ np.exp(theta) + 1e-300)) - target
+
+    fit = least_squares(residual, np.log(start), loss="soft_l1", f_scale=0.3, bounds=(-40.0, 40.0))
+    coef = np.exp(fit.x) / scale
+    coef[fit.x <= -39.0] = 0.0  # at the bound: the feature is not used
+    return coef * np.exp(np.median(log_cycles - np.log(feats @ coef + 1e-300)))
+
+
 def features_of_rows(model: StaticCostModel, rows: Sequence[MeasuredRow], spaces: dict[str, SearchSpace]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Feature matrix and measured seconds of the rows whose candidates could be analysed."""
-    feats, secs = [], []
+                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Feature matrix, measured seconds and operator names of the rows whose candidates could be analysed."""
+    feats, secs, ops = [], [], []
     for row in rows:
         if not row.ok:
             continue
@@ -52,7 +86,8 @@ def features_of_rows(model: StaticCostModel, rows: Sequence[MeasuredRow], spaces
             continue
         feats.append(f.values)
         secs.append(row.seconds)
-    return np.array(feats), np.array(secs)
+        ops.append(row.op)
+    return np.array(feats), np.array(secs), ops
 
 
 def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str, *, seed: int = 0,
@@ -72,13 +107,14 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
     from .dataset import read_rows
 
     rows = [r for r in read_rows(data_path) if r.op in spaces]
-    feats, secs = features_of_rows(model, rows, spaces)
-    coef = fit_coefficients(feats, secs, model.spec.freq_ghz)
+    feats, secs, ops = features_of_rows(model, rows, spaces)
+    coef = fit_log_ranking(feats, secs, model.spec.freq_ghz, groups=ops, init=model.coefficients.vector())
     pred = feats @ coef / (model.spec.freq_ghz * 1e9)
     rel = float(np.median(np.abs(pred / secs - 1)))
     origin = (f"Calibrated by `drytune calibrate` on {time.strftime('%Y-%m-%d')} on {platform.machine()} "
-              f"({model.spec.name}); {len(secs)} measured candidates of {', '.join(spaces)}; NNLS on relative "
-              f"error; median relative error of the fit {rel:.2f}.")
+              f"({model.spec.name}); {len(secs)} measured candidates of {', '.join(spaces)}; non-negative fit "
+              f"of log latency with each operator's mean removed (soft-L1 loss); median relative error of the fit "
+              f"{rel:.2f}.")
     result = Coefficients(model.spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                           {"fit_median_rel_error": rel if math.isfinite(rel) else None})
     result.save(out_path)

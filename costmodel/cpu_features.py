@@ -1,8 +1,10 @@
 """CPU features of one scheduled program: what Tuna's linear score is computed from.
 
 Executed instructions come from the generated assembly mapped onto the TIR loops (Algorithm 1), cycles
-from the per-block list scheduler, cache-line movement from the isl loop-tree analysis (Algorithm 2), and
-thread-level parallelism from the parallel loops of the TIR. All counts are per core: work inside
+from the per-block list scheduler, cache-line movement from the isl loop-tree analysis (Algorithm 2),
+thread-level parallelism from the parallel loops of the TIR, and per-core cycles of the TIR register-tile
+kernel model (`kernel`), whose execution counts come from the TIR and so cannot be miscounted by a wrong
+loop mapping (LLVM's loop versioning of padded convolutions defeats Algorithm 1). All counts are per core: work inside
 parallel loops is divided by the effective speed-up (parallel extent over cores, with load imbalance).
 """
 
@@ -17,6 +19,7 @@ import tvm
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .datamove import DataMoveConfig, data_movement, default_counter
+from .kernel import KernelConfig, kernel_cycles
 from .listsched import ListScheduler
 from .looptree import LoopNode, LoopTree, StmtLeaf
 
@@ -32,6 +35,7 @@ FEATURE_NAMES = (
     "l2_lines",  # cache lines moved into L2
     "mem_lines",  # compulsory lines of all buffers (from memory)
     "parallel_launches",  # entries into a parallel region (thread-pool wake-ups)
+    "kernel_cycles",  # per-core cycles of the TIR register-tile kernel model (costmodel.kernel)
 )
 
 
@@ -95,8 +99,9 @@ def _flops(tree: LoopTree) -> float:
 class CPUFeatureExtractor:
     """Builds a candidate's module to assembly and extracts `CPUFeatures` (no execution)."""
 
-    def __init__(self, target: tvm.target.Target, spec: HardwareSpec):
+    def __init__(self, target: tvm.target.Target, spec: HardwareSpec, kernel: KernelConfig | None = None):
         self.target = target
+        self.kernel = kernel or KernelConfig()
         self.spec = spec
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))
@@ -135,6 +140,7 @@ class CPUFeatureExtractor:
             moved.lines("L2") * scale,
             compulsory,
             float(launches),
+            kernel_cycles(tree, self.spec, self.kernel).cycles,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)

@@ -25,8 +25,8 @@ from ..target import HardwareSpec, resolve_target
 from ..task import Task
 from .base import CostModel
 from .cpu_features import FEATURE_NAMES, CPUFeatureExtractor, CPUFeatures, parallel_speedup
-from .datamove import DataMoveConfig, data_movement, default_counter
-from .looptree import LoopNode, LoopTree, StmtLeaf
+from .kernel import KernelConfig, kernel_cycles
+from .looptree import LoopTree
 
 log = logging.getLogger(__name__)
 
@@ -71,37 +71,15 @@ def default_coefficients_path(spec: HardwareSpec) -> str:
     raise FileNotFoundError(f"no coefficients file for architecture {spec.arch!r} in {COEFF_DIR}")
 
 
-def _vector_lanes_used(leaf_path: list[LoopNode], lanes: int) -> int:
-    inner = leaf_path[-1] if leaf_path else None
-    if inner is not None and inner.kind == "vectorized":
-        return max(1, min(inner.extent, lanes))
-    return 1
+def prescore_cycles(tree: LoopTree, spec: HardwareSpec, coeffs: Coefficients, kernel: KernelConfig | None = None
+                    ) -> float:
+    """A TIR-only estimate in cycles: the register-tile kernel model per core plus parallel-region entries.
 
-
-def prescore_cycles(tree: LoopTree, spec: HardwareSpec, coeffs: Coefficients, counter=None) -> float:
-    """A TIR-only estimate in cycles: arithmetic over the vector lanes actually used, plus data movement."""
-    lanes = spec.vector_lanes(32)
-    compute = 0.0
-
-    def visit(node, path: list[LoopNode]) -> None:
-        nonlocal compute
-        if isinstance(node, StmtLeaf):
-            ops = sum(node.ops.values()) or 1
-            compute += node.trips * ops / _vector_lanes_used(path, lanes)
-            return
-        children = getattr(node, "children", ())
-        new_path = path + [node] if isinstance(node, LoopNode) else path
-        for child in children:
-            visit(child, new_path)
-
-    for root in tree.roots:
-        visit(root, [])
-    speedup, launches = parallel_speedup(tree, spec.cores)
-    moved = data_movement(tree, spec, counter=counter)
-    c = coeffs.values
-    return (compute / max(1, spec.fma_units) / speedup
-            + (c["l1_lines"] * moved.lines("L1") + c["l2_lines"] * moved.lines("L2")) / speedup
-            + c["mem_lines"] * sum(moved.footprint_lines.values()) + c["parallel_launches"] * launches)
+    No code generation and no isl: the kernel model's execution counts come from the TIR and its body
+    costs from the vector lanes, unrolling, accumulator chains and loads of each statement.
+    """
+    _, launches = parallel_speedup(tree, spec.cores)
+    return kernel_cycles(tree, spec, kernel).cycles + coeffs.values["parallel_launches"] * launches
 
 
 def gpu_cycles(features: Sequence, spec: HardwareSpec) -> float:
@@ -137,7 +115,6 @@ class StaticCostModel(CostModel):
                 coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec))
             self.coefficients = coefficients
             self._cpu = CPUFeatureExtractor(self.target, self.spec)
-        self._counter = default_counter(DataMoveConfig())
 
     @classmethod
     def prescore_is_cheap(cls, target: str | dict | tvm.target.Target) -> bool:
@@ -185,8 +162,7 @@ class StaticCostModel(CostModel):
         for cand in candidates:
             try:
                 tree = LoopTree.from_mod(cand.to_mod())
-                out.append(prescore_cycles(tree, self.spec, self.coefficients, self._counter)
-                           / (self.spec.freq_ghz * 1e9))
+                out.append(prescore_cycles(tree, self.spec, self.coefficients) / (self.spec.freq_ghz * 1e9))
             except Exception as err:  # noqa: BLE001 - counted like a full-score failure
                 self._fail("prescore:" + type(err).__name__, err)
                 out.append(math.inf)

@@ -9,7 +9,7 @@ import pytest
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import calibrate, fit_coefficients
+from drytune.costmodel.calibrate import calibrate, fit_coefficients, fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.model import Coefficients, StaticCostModel
 
@@ -20,13 +20,29 @@ def _task(name: str, target: str = "llvm") -> dt.Task:
 
 def test_fit_recovers_known_coefficients() -> None:
     rng = np.random.default_rng(0)
-    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0])
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 0.0])
     feats = rng.uniform(1e3, 1e6, size=(60, len(FEATURE_NAMES)))
     seconds = feats @ true / 2.5e9
     fitted = fit_coefficients(feats, seconds, freq_ghz=2.5)
     np.testing.assert_allclose(fitted, true, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="at least"):
         fit_coefficients(feats[:3], seconds[:3], 2.5)
+
+
+def test_log_ranking_fit_ignores_per_operator_scale() -> None:
+    """Each operator's latencies off by its own factor: the order within operators still fixes the weights."""
+    rng = np.random.default_rng(1)
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 3.0])
+    feats = rng.uniform(1e3, 1e6, size=(90, len(FEATURE_NAMES)))
+    groups = np.repeat(["a", "b", "c"], 30)
+    factor = np.repeat([1.0, 3.0, 0.2], 30)
+    seconds = factor * (feats @ true) / 2.5e9
+    fitted = fit_log_ranking(feats, seconds, 2.5, groups=groups)
+    np.testing.assert_allclose(fitted / fitted.sum(), true / true.sum(), atol=1e-4)
+    ratio = seconds * 2.5e9 / (feats @ fitted)
+    assert np.median(ratio) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least"):
+        fit_log_ranking(feats[:3], seconds[:3], 2.5)
 
 
 def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:

@@ -1,0 +1,282 @@
+"""Per-core compute cycles of a scheduled program from its TIR loop tree: a register-tile kernel model.
+
+For every statement the loops around it are split into the *body* (vectorized loops and the inner loops
+that TVM unrolls: explicit `unroll`, or `pragma_auto_unroll_max_step` on an enclosing loop) and the loops
+that iterate that body. One iteration of the body costs the largest of its throughput bounds (vector
+arithmetic over the FP pipes, loads over the load ports, stores, all micro-ops over the issue width) and,
+when the innermost iterating loop is a reduction loop, the latency of the accumulator chains (few
+independent accumulators = latency bound). Vectorization is credited by lanes actually used; a vector
+lane that walks a non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose
+innermost iterating loop is spatial are loaded and stored every iteration. Each iteration of a loop that
+is not unrolled pays a small loop overhead, which makes tiny bodies in long loops expensive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..target import HardwareSpec
+from .looptree import Access, LoopNode, LoopTree, StmtLeaf
+
+# Arithmetic op kinds of `StmtLeaf.ops` and their cost in FP-pipe slots per (vector) operation.
+_FP_COST = {"fma": 1.0, "fadd": 1.0, "fsub": 1.0, "fmul": 1.0, "fminmax": 1.0, "select": 1.0, "fcmp": 1.0,
+            "fdiv": 4.0, "fsqrt": 6.0, "cast": 1.0}
+_CALL_COST = 20.0  # an exp/erf/tanh/... expands to a ~20-instruction polynomial
+_INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Machine parameters of the kernel model (per core); defaults describe a 2-FMA-pipe AVX-512 core."""
+
+    fp_pipes: float = 2.0
+    load_ports: float = 2.0
+    store_ports: float = 1.0
+    shuffle_ports: float = 1.0
+    issue_width: float = 6.0
+    fma_latency: float = 4.0
+    registers: int = 30  # vector registers available for accumulators
+    loop_overhead: float = 1.0  # cycles per iteration of a loop that is not unrolled
+    gather_cost: float = 1.0  # cycles per lane of a gathered (non-contiguous) vector access
+    int_cost: float = 0.5  # issue slots per integer op that survives in the body (guards, indices)
+    auto_vectorize: bool = False  # credit LLVM's vectorization of a contiguous innermost spatial loop
+    llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+
+
+@dataclass
+class KernelEstimate:
+    """Compute cycles of one program, per core (`cycles`) and in total (`serial_cycles`), with details."""
+
+    cycles: float
+    serial_cycles: float
+    bound_counts: dict[str, float] = field(default_factory=dict)  # cycles attributed to each bound
+
+
+def _vector_ops(extent: int, lanes: int) -> int:
+    """Machine vector operations LLVM emits for a vector of `extent` lanes (full registers + power-of-2 tail)."""
+    full, rest = divmod(extent, lanes)
+    return full + bin(rest).count("1")
+
+
+def _last_index(acc: Access):
+    return acc.indices[-1] if acc.indices else None
+
+
+def _vector_stride(acc: Access, vec: str) -> int | None:
+    """Constant element stride of `acc` along the vector loop `vec` in its last dimension, else None."""
+    if any(vec in ix.loop_vars() for ix in acc.indices[:-1]):
+        return None
+    last = _last_index(acc)
+    if last is None or not last.quasi_affine or any(
+            not isinstance(t, str) and vec in t.arg.loop_vars() for t, _ in last.terms):
+        return None
+    return abs(last.coeffs.get(vec, 0)) or None
+
+
+def _access_kind(acc: Access, vec: str | None, max_stride: int = 4) -> str:
+    """How a vectorized statement touches `acc`: 'scalar' (broadcast), 'contig', 'strided' (small constant
+    stride: wide loads and shuffles) or 'gather' (one load per lane)."""
+    if vec is None or not any(vec in ix.loop_vars() for ix in acc.indices):
+        return "scalar"
+    stride = _vector_stride(acc, vec)
+    if stride == 1:
+        return "contig"
+    if stride is not None and stride <= max_stride:
+        return "strided"
+    return "gather"
+
+
+def _distinct(acc: Access, body: dict[str, int]) -> int:
+    """Distinct index values of `acc` over the (non-vector) body loops."""
+    used = set().union(*(ix.loop_vars() for ix in acc.indices)) if acc.indices else set()
+    n = 1
+    for v, e in body.items():
+        if v in used:
+            n *= e
+    return n
+
+
+def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float) -> tuple[list[LoopNode], list[LoopNode]]:
+    """Split the loops around a statement into (iterating loops outer->inner, body loops): TVM's unrolling
+    (explicit, or auto-unroll up to `max_step` statements), then LLVM's full unrolling of small constant
+    loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance)."""
+    max_step = 0
+    for lp in path:
+        step = lp.annotations.get("pragma_auto_unroll_max_step")
+        if isinstance(step, (int, float)) and step > 0:
+            max_step = int(step)
+    body: list[LoopNode] = []
+    steps = 1
+    i = len(path)
+    while i > 0:
+        lp = path[i - 1]
+        if lp.extent <= 1 or lp.kind == "vectorized":
+            pass
+        elif lp.kind == "unrolled" or (lp.kind == "serial" and max_step and steps * lp.extent <= max_step):
+            steps *= lp.extent
+        elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget:
+            steps *= lp.extent
+        else:
+            break
+        body.append(lp)
+        i -= 1
+    return [lp for lp in path[:i] if lp.extent > 1], body
+
+
+def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
+                     details: dict | None = None) -> tuple[float, str]:
+    """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
+    `details`, when given, receives the body's numbers (for reports and tests)."""
+    lanes = spec.vector_lanes(32)
+    vec_path = next((lp for lp in reversed(path) if lp.kind == "vectorized"), None)
+    fp = sum(_FP_COST.get(k, 0.0) * n for k, n in leaf.ops.items())
+    fp += _CALL_COST * sum(n for k, n in leaf.ops.items() if k.startswith("call:"))
+    ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
+    stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, lanes) if vec_path else 1)
+    outer, body = _body_loops(path, stmt_insts, cfg.llvm_unroll_budget)
+    vec_loop = next((lp for lp in body if lp.kind == "vectorized"), None)
+    writes = [a for a in leaf.accesses if a.is_write]
+    out = writes[0] if writes else None
+    reads = [a for a in leaf.accesses if not a.is_write]
+    out_vars = set().union(*(ix.loop_vars() for ix in out.indices)) if out is not None and out.indices else set()
+    vec = vec_loop.var if vec_loop is not None else None
+    if vec is not None and out is not None and vec not in out_vars:
+        # TVM cannot vectorize a reduction over the vector lanes: the loop runs serially.
+        outer = outer + [vec_loop]
+        body = [lp for lp in body if lp is not vec_loop]
+        vec_loop, vec = None, None
+    if vec_loop is None and outer and cfg.auto_vectorize and out is not None:
+        cand = outer[-1]
+        if cand.kind == "serial" and cand.extent >= 4 and _access_kind(out, cand.var) == "contig" and all(
+                _access_kind(a, cand.var) != "gather" for a in reads):
+            # LLVM's loop vectorizer takes the innermost loop left after unrolling when it is a
+            # contiguous spatial loop (the remainder runs as narrower vectors in this estimate)
+            vec_loop, vec = cand, cand.var
+            outer = outer[:-1]
+            body = body + [cand]
+    e_v = vec_loop.extent if vec_loop is not None else 1
+    vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
+    unrolled = {lp.var: lp.extent for lp in body if lp.kind != "vectorized" and lp.extent > 1}
+    stmts = math.prod(unrolled.values())
+    is_update = out is not None and any(a.buffer == out.buffer for a in reads)
+    fp_ops = stmts * vops * fp
+    guarded = next((a for a in reads if a.conditional), None)
+    # guards (padding checks) depend on the guarded load's indices only: LLVM computes them once per distinct
+    # index in the unrolled body, not once per statement instance
+    sites = _distinct(guarded, unrolled) * (vops if _access_kind(guarded, vec) != "scalar" else 1) if guarded \
+        else stmts * vops
+    int_ops = sites * ints * cfg.int_cost
+    loads = stores = gathers = shuffles = 0.0
+    for a in reads:
+        if is_update and a.buffer == out.buffer:
+            continue
+        kind = _access_kind(a, vec)
+        n = _distinct(a, unrolled)
+        if kind == "contig":
+            loads += n * vops
+        elif kind == "strided":
+            # interleaved access: `stride` full-width loads and as many shuffles per vector
+            stride = _vector_stride(a, vec) or 1
+            loads += n * vops * stride
+            shuffles += n * vops * stride
+        elif kind == "gather":
+            gathers += n * e_v
+        else:
+            loads += n
+    inner_iter = outer[-1] if outer else None
+    chain = 0.0
+    if out is not None:
+        kind = _access_kind(out, vec)
+        n_out = _distinct(out, unrolled) * (e_v if kind == "gather" else 1 if kind == "scalar" else vops)
+        if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
+            # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
+            chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
+        elif is_update:
+            loads += n_out
+            stores += n_out
+            spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
+            loads += spill
+        else:
+            stores += n_out
+    per_body = {
+        "fp": fp_ops / cfg.fp_pipes,
+        "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
+        "store": stores / cfg.store_ports,
+        "shuffle": shuffles / cfg.shuffle_ports,
+        "issue": (fp_ops + int_ops + loads + stores + gathers + shuffles + 1) / cfg.issue_width,
+        "latency": chain,
+    }
+    bound = max(per_body, key=per_body.get)
+    body_cycles = per_body[bound] + (cfg.loop_overhead if inner_iter is not None else 0.0)
+    executions = leaf.trips / max(1, stmts * e_v)
+    if details is not None:
+        details.update(per_body, lanes=e_v, vector_ops=vops, statements=stmts, loads=loads, stores=stores,
+                       gathers=gathers, int_ops=int_ops, fp_ops=fp_ops, chain=chain, executions=executions,
+                       body_cycles=body_cycles, inner_extent=inner_iter.extent if inner_iter is not None else 1,
+                       inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
+                       accumulators=n_out if out is not None else 0)
+    return executions * body_cycles, bound
+
+
+def _paths(tree: LoopTree):
+    def visit(node, path):
+        if isinstance(node, StmtLeaf):
+            yield node, path
+            return
+        new = path + [node] if isinstance(node, LoopNode) else path
+        for child in getattr(node, "children", ()):
+            yield from visit(child, new)
+
+    for root in tree.roots:
+        yield root, list(visit(root, []))
+
+
+def loop_overhead_cycles(tree: LoopTree, cfg: KernelConfig) -> float:
+    """Overhead of iterating loops that contain other loops (not unrolled): `loop_overhead` per iteration."""
+    total = 0.0
+
+    def visit(node, outer_trips: int) -> None:
+        nonlocal total
+        if not isinstance(node, LoopNode):
+            return
+        trips = outer_trips * node.extent
+        if node.kind in ("serial", "parallel") and node.extent > 1 and any(
+                isinstance(c, LoopNode) for c in node.children):
+            total += trips * cfg.loop_overhead
+        for c in node.children:
+            visit(c, trips)
+
+    for r in tree.roots:
+        visit(r, 1)
+    return total
+
+
+def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None = None) -> KernelEstimate:
+    """Compute cycles of the whole program per core: each root nest's statements divided by its parallel
+    speed-up on `spec.cores` (ceil load imbalance over the first parallel loop)."""
+    cfg = cfg or KernelConfig()
+    per_core = serial = 0.0
+    bounds: dict[str, float] = {}
+    for root, items in _paths(tree):
+        nest = 0.0
+        for leaf, path in items:
+            c, b = statement_cycles(leaf, path, spec, cfg)
+            nest += c
+            bounds[b] = bounds.get(b, 0.0) + c
+        par = _first_parallel_extent(root)
+        speed = par / math.ceil(par / spec.cores) if par > 1 else 1.0
+        serial += nest
+        per_core += nest / speed
+    return KernelEstimate(per_core, serial, bounds)
+
+
+def _first_parallel_extent(root) -> int:
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, LoopNode):
+            if n.kind == "parallel":
+                return n.extent
+            stack.extend(n.children)
+    return 1

@@ -1,0 +1,140 @@
+"""TIR register-tile kernel model on small hand-checkable programs: body split by unrolling, vector lanes,
+accumulator chains, strided and gathered vector accesses, parallel speed-up."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import tvm
+from tvm import s_tir, te
+
+import drytune as dt
+from drytune.costmodel.kernel import KernelConfig, _access_kind, _vector_ops, kernel_cycles, statement_cycles
+from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
+
+SPEC = dataclasses.replace(dt.spec_for("x86-avx512"), cores=2)  # 16 fp32 lanes
+CFG = KernelConfig()
+
+
+def _matmul(M: int = 8, N: int = 64, K: int = 64):
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((K, N), "float32", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+
+
+def _leaf_and_path(tree: LoopTree, block: str) -> tuple[StmtLeaf, list[LoopNode]]:
+    def visit(node, path):
+        if isinstance(node, StmtLeaf):
+            return (node, path) if node.block == block else None
+        for c in node.children:
+            got = visit(c, path + [node])
+            if got:
+                return got
+        return None
+
+    for r in tree.roots:
+        got = visit(r, [])
+        if got:
+            return got
+    raise KeyError(block)
+
+
+def _details(sch: s_tir.Schedule, block: str = "C_update") -> tuple[float, dict]:
+    tree = LoopTree.from_mod(sch.mod)
+    leaf, path = _leaf_and_path(tree, block)
+    det: dict = {}
+    cycles, _ = statement_cycles(leaf, path, SPEC, CFG, det)
+    return cycles, det
+
+
+def test_vector_ops_count_full_registers_and_power_of_two_tails():
+    assert _vector_ops(16, 16) == 1
+    assert _vector_ops(64, 16) == 4
+    assert _vector_ops(14, 16) == 3  # 8 + 4 + 2
+    assert _vector_ops(24, 16) == 2  # 16 + 8
+
+
+def test_scalar_reduction_is_latency_bound():
+    """Innermost k loop (64 > LLVM's unroll budget): one accumulator, one dependent FMA per iteration."""
+    sch = _matmul()
+    sch.decompose_reduction(sch.get_sblock("C"), sch.get_loops(sch.get_sblock("C"))[2])
+    cycles, det = _details(sch)
+    assert det["statements"] == 1 and det["lanes"] == 1 and det["accumulators"] == 1
+    assert det["inner_is_reduction"] and det["latency"] == CFG.fma_latency
+    # 8 * 64 * 64 executions of (4-cycle chain + 1 cycle loop overhead)
+    assert det["executions"] == 8 * 64 * 64
+    assert cycles == pytest.approx(8 * 64 * 64 * (CFG.fma_latency + CFG.loop_overhead))
+
+
+def test_register_tile_hides_fma_latency():
+    """k outside a 4 x 16 tile (i unrolled, j vectorized): four independent accumulators per k step."""
+    sch = _matmul()
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k)
+    cycles, det = _details(sch)
+    assert det["statements"] == 4 and det["lanes"] == 16 and det["vector_ops"] == 1
+    assert det["accumulators"] == 4 and det["inner_is_reduction"]
+    assert det["latency"] == pytest.approx(CFG.fma_latency)  # 4 FMAs / 4 chains x latency
+    assert det["fp"] == pytest.approx(4 / CFG.fp_pipes)
+    assert det["loads"] == 5  # 4 broadcasts of A[i, k] and one vector of B[k, j]
+    assert det["executions"] == 2 * 4 * 64
+    assert cycles == pytest.approx(det["executions"] * (CFG.fma_latency + CFG.loop_overhead))
+    # the same work with one accumulator per k step is four times as long in the chain
+    sch2 = _matmul()
+    C2 = sch2.get_sblock("C")
+    i, j, k = sch2.get_loops(C2)
+    j0, j1 = sch2.split(j, [None, 16])
+    sch2.reorder(i, j0, k, j1)
+    sch2.vectorize(j1)
+    sch2.decompose_reduction(C2, k)
+    slow, _ = _details(sch2)
+    assert slow > 3 * cycles
+
+
+def test_strided_and_gathered_vector_accesses():
+    n = 64
+    X = te.placeholder((4 * n,), "float32", name="X")
+    Y = te.compute((n,), lambda i: X[2 * i], name="Y")
+    Z = te.compute((n, n), lambda i, j: X[j * 4 + i], name="Z")  # stride 4 along j
+    W = te.compute((n,), lambda i: X[(i * i) % (4 * n)], name="W")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y, Z, W])}))
+    for blk in ("Y", "W"):
+        (i,) = sch.get_loops(sch.get_sblock(blk))
+        sch.vectorize(sch.split(i, [None, 16])[1])
+    _, j = sch.get_loops(sch.get_sblock("Z"))
+    sch.vectorize(sch.split(j, [None, 16])[1])
+    tree = LoopTree.from_mod(sch.mod)
+    for blk, want in (("Y", "strided"), ("Z", "strided"), ("W", "gather")):
+        leaf, path = _leaf_and_path(tree, blk)
+        vec = next(lp.var for lp in path if lp.kind == "vectorized")
+        src = next(a for a in leaf.accesses if not a.is_write)
+        dst = next(a for a in leaf.accesses if a.is_write)
+        assert _access_kind(src, vec) == want, blk
+        assert _access_kind(dst, vec) == "contig"
+    leaf, path = _leaf_and_path(tree, "Y")
+    det: dict = {}
+    statement_cycles(leaf, path, SPEC, CFG, det)
+    # per statement (LLVM unrolls the 4-trip outer loop): two full vectors and two shuffles per 16 lanes
+    assert det["statements"] == 4 and det["loads"] == 2 * 4 and det["shuffle"] == 2 * 4 / CFG.shuffle_ports
+
+
+def test_parallel_loop_divides_by_balanced_speedup():
+    sch = _matmul(M=6)
+    C = sch.get_sblock("C")
+    i, _, _ = sch.get_loops(C)
+    serial = kernel_cycles(LoopTree.from_mod(sch.mod), SPEC)
+    sch.parallel(i)
+    par = kernel_cycles(LoopTree.from_mod(sch.mod), SPEC)
+    assert par.serial_cycles == pytest.approx(serial.serial_cycles)
+    assert par.cycles == pytest.approx(serial.cycles / 2)  # 6 iterations on 2 cores
+    three = kernel_cycles(LoopTree.from_mod(sch.mod), dataclasses.replace(SPEC, cores=4))
+    assert three.cycles == pytest.approx(serial.cycles / 3)  # 6 on 4 cores: 2 rounds, speed-up 3
