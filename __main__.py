@@ -172,6 +172,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     net = tune_network(model, inputs, target=args.target, budget=args.budget, task_budgets=args.budgets,
                        ray_address=args.ray_address, work_dir=args.work_dir, num_workers=args.num_workers,
                        strategy=args.strategy, seed=args.seed, progress=not args.quiet,
+                       verify_top_k=args.verify_top_k,
                        input_shapes=_input_shapes(args.input_shape), name=os.path.basename(args.model))
     report = net.report()
     print(report.table())
@@ -250,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", default="drytune-work", help="records and round log; a rerun resumes from it")
     p.add_argument("--strategy", default="portfolio", choices=("portfolio", "evolutionary", "cmaes", "random"))
     p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.add_argument("--verify-top-k", type=int, default=0,
+                   help="measure each task's k best predictions on this CPU and build the fastest (default: no runs)")
     p.add_argument("--export", default=None, help="write the tuned network as a shared library (.so)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar")

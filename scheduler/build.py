@@ -45,13 +45,19 @@ def _replays(record: Record) -> str | None:
     return None
 
 
-def choose_records(store: RecordStore | None, tasks: Sequence, *, skip: dict[str, int] | None = None) -> list[Choice]:
-    """Each task's best record of the network's target that replays; `skip[name]` best ones are passed over."""
+def choose_records(store: RecordStore | None, tasks: Sequence, *, skip: dict[str, int] | None = None,
+                   preferred: dict[str, Record] | None = None) -> list[Choice]:
+    """Each task's best record of the network's target that replays; `skip[name]` best ones are passed over.
+
+    `preferred[name]` (e.g. the measured fastest of the top-k) goes before the records, unless skipped.
+    """
     out = []
     for nt in tasks:
         rejected: list[str] = []
         chosen = None
         records = store.records(nt.task) if store is not None else []
+        if preferred and nt.name in preferred:
+            records = [preferred[nt.name], *records]
         passed_over = min((skip or {}).get(nt.name, 0), len(records))
         rejected += ["failed the output check"] * min(passed_over, 1)
         for rec in records[passed_over:]:
@@ -167,14 +173,15 @@ class BuiltNetwork:
 
 def build_checked(fused: tvm.IRModule, tasks: Sequence, store: RecordStore | None, target: Target, *,
                   reference: Callable[[], list[np.ndarray]] | None, inputs: Sequence[np.ndarray] | None,
-                  rtol: float, atol: float, attempts: int = 3) -> BuiltNetwork:
+                  rtol: float, atol: float, attempts: int = 3,
+                  preferred: dict[str, Record] | None = None) -> BuiltNetwork:
     """Apply, compile and, when the target runs here, compare with `reference()`; on a mismatch the tasks whose
     schedules fail their own check fall back to their next record (then to the default schedule)."""
     from ..search.select import runs_here
 
     skip: dict[str, int] = {}
     for attempt in range(attempts + 1):
-        choices = choose_records(store, tasks, skip=skip)
+        choices = choose_records(store, tasks, skip=skip, preferred=preferred)
         mod = apply_choices(fused, tasks, choices, target)
         ex = compile_module(mod, target)
         if reference is None or inputs is None or not runs_here(target):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..records import RecordStore
+from ..records import Record, RecordStore
 from ..search.scorer import CostModelSpec, LocalScorer, Scorer
 from ..search.tune import heal_records
 from ..target import resolve_target, target_identity
@@ -53,6 +54,7 @@ def tune_network(
     strategy: str = "portfolio",
     task_scheduler: str | TaskScheduler = "gradient",
     latency_target: float | None = None,
+    verify_top_k: int = 0,
     cost_model: CostModelSpec = None,
     name: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -70,7 +72,9 @@ def tune_network(
     `work_dir`, so a killed run resumes with what is left (raise the budget to tune further).
     `task_budgets`: per-task limits (see `BudgetConfig`; a dict, or a TOML/JSON file that may also hold the
     global budget). Candidates are scored on Ray: an embedded local Ray (`num_workers` actors, default one per
-    CPU), the cluster at `ray_address` / $RAY_ADDRESS, or in this process with `num_workers=0`.
+    CPU), the cluster at `ray_address` / $RAY_ADDRESS, or in this process with `num_workers=0`. With
+    `verify_top_k`, each task's k best predictions are measured on this CPU and the fastest is built (the only
+    step that runs candidates; off by default).
     """
     config = config or NetworkTuneConfig()
     network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
@@ -117,6 +121,7 @@ def tune_network(
         if own_scorer:
             scorer.close()
 
+    preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir) if verify_top_k > 0 else None
     inputs = reference = None
     if check:
         from ..network import random_inputs
@@ -124,9 +129,45 @@ def tune_network(
         inputs = random_inputs(network, seed=config.check_seed)
         reference = _reference(network, fused, tvm_target, inputs)
     built = build_checked(fused, tasks, store, tvm_target, reference=reference, inputs=inputs,
-                          rtol=config.check_rtol, atol=config.check_atol)
+                          rtol=config.check_rtol, atol=config.check_atol, preferred=preferred)
     return TunedNetwork(network=network, target=tvm_target, tasks=tasks, skipped=skipped, states=tuner.states,
                         built=built, work_dir=work_dir)
+
+
+def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str, Record]:
+    """Measure the k best candidates of every tuned task on this CPU; the fastest of each is preferred in the build,
+    and the measured seconds go to the work directory's measured.json (the report's "measured" column)."""
+    from ..search.select import SearchError, runs_here, select_best
+    from .report import MEASURED_FILE
+
+    if not runs_here(target):
+        log.warning("verify_top_k: target %s does not run on this machine; nothing measured", target_identity(target))
+        return {}
+    path = os.path.join(work_dir, MEASURED_FILE)
+    measured: dict[str, float] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            measured = json.load(f)
+    preferred = {}
+    for i, nt in enumerate(tuner.tasks):
+        if tuner.limits[i].skip:
+            continue
+        archive = tuner.tuner(i).archive
+        if not archive.top(1):
+            continue
+        try:
+            sel = select_best(nt.task, archive, verify_top_k=k)
+        except SearchError as err:
+            log.warning("verify_top_k: %s", err)
+            continue
+        preferred[nt.name] = Record(sel.best.to_schedule().trace, sel.predicted, nt.task.mod,
+                                    str(nt.task.target))
+        if sel.measured is not None:
+            measured[nt.name] = sel.measured
+    with open(path + ".tmp", "w") as f:
+        json.dump(measured, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return preferred
 
 
 def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str) -> list:

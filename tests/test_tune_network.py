@@ -165,3 +165,19 @@ def test_cuda_network_builds_with_every_function_scheduled(tmp_path) -> None:
     assert any(c.record is not None for c in net.built.choices)
     with pytest.raises(RuntimeError, match="built for cuda"):
         net.run(*[x.numpy() for x in inputs])
+
+
+def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_path) -> None:
+    import shutil
+
+    _, work = tuned
+    again = str(tmp_path / "again")
+    shutil.copytree(work, again)
+    model, inputs = resnet_tiny
+    net = tune_network(model, inputs, budget="96 trials", work_dir=again, num_workers=0, progress=False,
+                       verify_top_k=2, config=SMALL)
+    assert sum(r.trials for r in read_rounds(again)) == 96  # the budget was spent: nothing more is tuned
+    rows = {r.name: r for r in net.report().rows}
+    tuned_names = [c.name for c in net.built.choices if c.record is not None]
+    assert tuned_names and all(rows[n].measured is not None and rows[n].measured > 0 for n in tuned_names)
+    assert "matches the reference" in net.check
