@@ -1,9 +1,10 @@
 """Test support: a real multi-node Ray cluster on this one machine, started with `ray start` and stopped by us.
 
-Every node is a `ray start --block` process in a session of its own, bound to the loopback address with its
-own CPU, memory and object-store budget, and all nodes share a private temp dir. Teardown signals only those
-sessions (never `ray stop`, which stops every Ray on the machine); a node whose test process dies is told by
-the kernel (parent-death signal) to shut down.
+Every node is a `ray start --block` process in a session of its own, with its own CPU, memory and
+object-store budget, and all nodes share a private temp dir. Nodes are started on the loopback address,
+which Ray 2.60 on Linux replaces by the machine's own: either way nodes and driver agree on one address.
+Teardown signals only our sessions (never `ray stop`, which stops every Ray on the machine); a node whose
+test process dies is told by the kernel (parent-death signal) to shut down.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 LOOPBACK = "127.0.0.1"
 
 # Runs in the node's own session: asks the kernel for SIGTERM when the test process dies, then becomes `ray start`.
+# (The kernel signals when the starting thread ends: start clusters from a thread that outlives them.)
 _FATE_SHARE = """
 import ctypes, os, signal, sys
 if sys.platform.startswith("linux"):
