@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Record, RecordStore
-from ..search.scorer import CostModelSpec, LocalScorer, Scorer
+from ..search.scorer import CostModelSpec, Scorer, make_scorer
 from ..search.tune import heal_records
 from ..target import resolve_target, target_identity
 from .budget import Budget, BudgetConfig, BudgetError
@@ -101,12 +101,7 @@ def tune_network(
 
     own_scorer = scorer is None
     if scorer is None:
-        if num_workers == 0:
-            scorer = LocalScorer(cost_model)
-        else:
-            from ..search.ray_scorer import RayScorer
-
-            scorer = RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+        scorer = make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address)
     bar = RoundProgress(total, enabled=progress, desc=f"tune {network.name}")
     tuner = NetworkTuner(tasks, limits, scorer, budget=total, store=store, work_dir=work_dir, strategy=strategy,
                          task_scheduler=task_scheduler, latency_target=latency_target, config=config,

@@ -146,3 +146,14 @@ class LocalScorer(Scorer):
         if key not in self._models:
             self._models[key] = build_cost_model(self.spec, task.target)
         return score_with_model(self._models[key], task, cands, kind)
+
+
+def make_scorer(cost_model: CostModelSpec = None, *, num_workers: int | None = None,
+                ray_address: str | None = None) -> Scorer:
+    """Ray actors (`num_workers`, default one per CPU; a cluster by `ray_address` / $RAY_ADDRESS), or this
+    process without isolation when `num_workers == 0`."""
+    if num_workers == 0:
+        return LocalScorer(cost_model)
+    from .ray_scorer import RayScorer
+
+    return RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)

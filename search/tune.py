@@ -13,7 +13,7 @@ from ..annotate.candidate import Candidate
 from ..records import RECORD_FILE, WORKLOAD_FILE, RecordStore
 from ..task import Task
 from .config import TuneConfig
-from .scorer import CostModelSpec, LocalScorer, Scorer
+from .scorer import CostModelSpec, Scorer, make_scorer
 from .select import select_best
 from .tuner import CurvePoint, TaskTuner
 
@@ -101,12 +101,7 @@ def tune(
     start = time.perf_counter()
     own_scorer = scorer is None
     if scorer is None:
-        if num_workers == 0:
-            scorer = LocalScorer(cost_model)
-        else:
-            from .ray_scorer import RayScorer
-
-            scorer = RayScorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+        scorer = make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address)
     if work_dir is not None and os.path.isdir(work_dir):
         heal_records(work_dir)
     store = RecordStore(work_dir) if work_dir is not None else None
