@@ -19,6 +19,7 @@ import tvm
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .datamove import DataMoveConfig, data_movement, default_counter
+from .fpratio import cycles_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles
 from .listsched import ListScheduler
 from .looptree import LoopNode, LoopTree, StmtLeaf
@@ -36,6 +37,9 @@ FEATURE_NAMES = (
     "mem_lines",  # compulsory lines of all buffers (from memory)
     "parallel_launches",  # entries into a parallel region (thread-pool wake-ups)
     "kernel_cycles",  # per-core cycles of the TIR register-tile kernel model (costmodel.kernel)
+    "kernel_serial_cycles",  # the same on one core: what parallel loops do not shorten (busy or shared cores)
+    "asm_fp_cycles",  # TIR FP operations x cycles per FP lane of the generated code (costmodel.fpratio), per core
+    "asm_fp_serial_cycles",  # the same on one core
 )
 
 
@@ -115,7 +119,7 @@ class CPUFeatureExtractor:
         """Features of a scheduled module; raises AsmParseError or a TVM error when it cannot be analysed."""
         tree = LoopTree.from_mod(mod)
         text = asm if asm is not None else self.assembly(mod)
-        _, _, counts = analyze_asm(text, self.arch, tree.preorder())
+        program, _, counts = analyze_asm(text, self.arch, tree.preorder())
         speedup, launches = parallel_speedup(tree, self.spec.cores)
         par_cycles = ser_cycles = 0.0
         par_blocks = [b for b in counts.blocks if b.parallel]
@@ -130,6 +134,10 @@ class CPUFeatureExtractor:
         vec_mem = counts.get("vec_load") + counts.get("vec_store") + counts.get("broadcast") + counts.get("vec_move")
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
+        kern = kernel_cycles(tree, self.spec, self.kernel)
+        rate = cycles_per_fp_lane(program, counts, self.scheduler)
+        # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
+        asm_fp = rate * tir_fp_lanes(tree) if rate is not None else kern.serial_cycles
         compulsory = float(sum(moved.footprint_lines.values()))
         values = (
             ser_cycles + par_cycles / speedup,
@@ -140,7 +148,10 @@ class CPUFeatureExtractor:
             moved.lines("L2") * scale,
             compulsory,
             float(launches),
-            kernel_cycles(tree, self.spec, self.kernel).cycles,
+            kern.cycles,
+            kern.serial_cycles,
+            asm_fp / speedup,
+            asm_fp,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)

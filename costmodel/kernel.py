@@ -41,6 +41,7 @@ class KernelConfig:
     gather_cost: float = 1.0  # cycles per lane of a gathered (non-contiguous) vector access
     int_cost: float = 0.5  # issue slots per integer op that survives in the body (guards, indices)
     auto_vectorize: bool = False  # credit LLVM's vectorization of a contiguous innermost spatial loop
+    auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
 
 
@@ -97,8 +98,10 @@ def _distinct(acc: Access, body: dict[str, int]) -> int:
     return n
 
 
-def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float) -> tuple[list[LoopNode], list[LoopNode]]:
-    """Split the loops around a statement into (iterating loops outer->inner, body loops): TVM's unrolling
+def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float
+                ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
+    """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
+    only LLVM unrolls): TVM's unrolling
     (explicit, or auto-unroll up to `max_step` statements), then LLVM's full unrolling of small constant
     loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance)."""
     max_step = 0
@@ -107,6 +110,7 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float) -> tuple
         if isinstance(step, (int, float)) and step > 0:
             max_step = int(step)
     body: list[LoopNode] = []
+    by_llvm: list[LoopNode] = []
     steps = 1
     i = len(path)
     while i > 0:
@@ -117,11 +121,12 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float) -> tuple
             steps *= lp.extent
         elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget:
             steps *= lp.extent
+            by_llvm.append(lp)
         else:
             break
         body.append(lp)
         i -= 1
-    return [lp for lp in path[:i] if lp.extent > 1], body
+    return [lp for lp in path[:i] if lp.extent > 1], body, by_llvm
 
 
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
@@ -134,7 +139,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fp += _CALL_COST * sum(n for k, n in leaf.ops.items() if k.startswith("call:"))
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
     stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, lanes) if vec_path else 1)
-    outer, body = _body_loops(path, stmt_insts, cfg.llvm_unroll_budget)
+    outer, body, by_llvm = _body_loops(path, stmt_insts, cfg.llvm_unroll_budget)
     vec_loop = next((lp for lp in body if lp.kind == "vectorized"), None)
     writes = [a for a in leaf.accesses if a.is_write]
     out = writes[0] if writes else None
@@ -146,18 +151,19 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         outer = outer + [vec_loop]
         body = [lp for lp in body if lp is not vec_loop]
         vec_loop, vec = None, None
-    if vec_loop is None and outer and cfg.auto_vectorize and out is not None:
+    if vec_loop is None and outer and cfg.auto_vectorize and out is not None and not by_llvm:
         cand = outer[-1]
-        if cand.kind == "serial" and cand.extent >= 4 and _access_kind(out, cand.var) == "contig" and all(
-                _access_kind(a, cand.var) != "gather" for a in reads):
-            # LLVM's loop vectorizer takes the innermost loop left after unrolling when it is a
-            # contiguous spatial loop (the remainder runs as narrower vectors in this estimate)
+        if cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min and _access_kind(out, cand.var) == "contig" \
+                and all(_access_kind(a, cand.var) != "gather" for a in reads):
+            # LLVM's loop vectorizer takes the innermost loop left after TVM's unrolling when it is a
+            # contiguous spatial loop with a straight-line body (inner loops that LLVM itself has to unroll
+            # keep their guards as branches, which stops it); remainders run as narrower vectors here
             vec_loop, vec = cand, cand.var
             outer = outer[:-1]
             body = body + [cand]
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
-    unrolled = {lp.var: lp.extent for lp in body if lp.kind != "vectorized" and lp.extent > 1}
+    unrolled = {lp.var: lp.extent for lp in body if lp is not vec_loop and lp.kind != "vectorized" and lp.extent > 1}
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
     fp_ops = stmts * vops * fp

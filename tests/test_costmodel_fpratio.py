@@ -1,0 +1,64 @@
+"""Cycles per FP lane of generated code: a rate that does not depend on the loop counts being right."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm import s_tir, te
+
+import drytune as dt
+from drytune.costmodel import asm
+from drytune.costmodel.fpratio import cycles_per_fp_lane, fp_lanes, tir_fp_lanes
+from drytune.costmodel.listsched import ListScheduler
+from drytune.costmodel.looptree import LoopTree
+
+# Outer loop of 10 (or of an unreadable bound), inner loop of 4 trips with two 512-bit FMAs (32 lanes).
+LOOPS_X86 = """
+main_compute_:
+    xorl    %eax, %eax
+.LBB0_1:
+    movq    $-256, %rcx
+    vxorps  %xmm0, %xmm0, %xmm0
+.LBB0_2:
+    vmovups 256(%rsi,%rcx), %zmm1
+    vfmadd231ps (%rdx,%rcx){1to16}, %zmm1, %zmm0
+    vfmadd231ps 64(%rdx,%rcx){1to16}, %zmm1, %zmm0
+    addq    $64, %rcx
+    jne     .LBB0_2
+    vmovups %zmm0, (%rdi,%rax)
+    incq    %rax
+    cmpq    $10, %rax
+    jne     .LBB0_1
+    retq
+"""
+
+
+def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
+    rates = []
+    for text in (LOOPS_X86, LOOPS_X86.replace("cmpq    $10, %rax", "cmpq    %r9, %rax")):
+        prog = asm.parse_asm(text, "x86")
+        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+        inner = prog.functions[0].blocks[2]
+        assert fp_lanes(inner.instructions) == 32
+        assert fp_lanes(prog.functions[0].blocks[1].instructions) == 0  # vxorps zeroing is no arithmetic
+        rates.append(cycles_per_fp_lane(prog, counts, sched))
+        assert rates[-1] == pytest.approx(sched.block_cycles(inner.instructions, True) / 32)
+    assert rates[0] == rates[1]  # outer trip 10 or an assumed 1: the same rate
+
+
+def test_no_fp_code_gives_no_rate():
+    prog = asm.parse_asm("main_compute_:\n    movq %rdi, %rax\n    retq\n", "x86")
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
+    assert cycles_per_fp_lane(prog, asm.count_instructions(prog), sched) is None
+
+
+def test_tir_fp_lanes_count_every_element_operation():
+    A = te.placeholder((16, 32), "float32", name="A")
+    B = te.placeholder((32, 8), "float32", name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((16, 8), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((16, 8), lambda i, j: te.exp(C[i, j]) + C[i, j], name="D")
+    tree = LoopTree.from_mod(s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, D])})).mod)
+    # 16*8*32 FMAs, then per element one add and one exp call (counted as 20 operations)
+    assert tir_fp_lanes(tree) == 16 * 8 * 32 + 16 * 8 * (1 + 20)
