@@ -181,3 +181,19 @@ def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_
     tuned_names = [c.name for c in net.built.choices if c.record is not None]
     assert tuned_names and all(rows[n].measured is not None and rows[n].measured > 0 for n in tuned_names)
     assert "matches the reference" in net.check
+
+
+def test_work_dir_of_another_model_is_not_applied(tuned, tmp_path, caplog) -> None:
+    import shutil
+
+    _, work = tuned
+    other = str(tmp_path / "copy")
+    shutil.copytree(work, other)
+    model, inputs = zoo.get_model("bert_tiny")
+    with caplog.at_level(logging.WARNING):
+        net = tune_network(model, inputs, budget="0 trials", work_dir=other, num_workers=0, progress=False)
+    assert "was used for model" in caplog.text
+    assert all(c.record is None for c in net.built.choices)  # no subgraph of BERT was tuned in that directory
+    assert read_rounds(other) == []  # the ResNet's round log was set aside, not resumed
+    assert any(name.startswith("rounds.") and name != "rounds.jsonl" for name in os.listdir(other))
+    assert "matches the reference" in net.check
