@@ -61,12 +61,16 @@ def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, 
 
     scale = np.array([np.median(c[c > 0]) if np.any(c > 0) else 1.0 for c in feats.T])  # columns of unit size
     target = centred(log_cycles)
-    start = np.ones(feats.shape[1]) if init is None else np.maximum(np.asarray(init, dtype=np.float64) * scale, 1e-9)
 
     def residual(theta: np.ndarray) -> np.ndarray:
         return centred(np.log(feats / scale @ np.exp(theta) + 1e-300)) - target
 
-    fit = least_squares(residual, np.log(start), loss="soft_l1", f_scale=0.3, bounds=(-40.0, 40.0))
+    # weights are exp(theta): a start near zero has no gradient, so equal column weights are always tried
+    starts = [np.zeros(feats.shape[1])]
+    if init is not None:
+        starts.append(np.log(np.maximum(np.asarray(init, dtype=np.float64) * scale, 1e-3)))
+    fit = min((least_squares(residual, s0, loss="soft_l1", f_scale=0.3, bounds=(-40.0, 40.0)) for s0 in starts),
+              key=lambda r: r.cost)
     coef = np.exp(fit.x) / scale
     coef[fit.x <= -39.0] = 0.0  # at the bound: the feature is not used
     return coef * np.exp(np.median(log_cycles - np.log(feats @ coef + 1e-300)))

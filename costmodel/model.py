@@ -2,7 +2,8 @@
 
 CPU: seconds = (sum_i a_i * f_i) / frequency, with the per-core features of `cpu_features` and the
 coefficients a_i of the target's architecture read from a data file (`coefficients/*.json`), where each
-file states its origin. NVIDIA: per kernel, cycles = max(compute, memory) issue work spread over the SMs
+file states its origin. The pre-score is the TIR register-tile kernel model (`kernel`) plus parallel-region
+entries: no code generation, no isl. NVIDIA: per kernel, cycles = max(compute, memory) issue work spread over the SMs
 and the resident warps, times the waves, plus exposed load latency; kernels add up.
 """
 
