@@ -43,6 +43,7 @@ class KernelConfig:
     auto_vectorize: bool = False  # credit LLVM's vectorization of a contiguous innermost spatial loop
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+    launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
 
 
 @dataclass

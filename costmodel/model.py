@@ -72,15 +72,16 @@ def default_coefficients_path(spec: HardwareSpec) -> str:
     raise FileNotFoundError(f"no coefficients file for architecture {spec.arch!r} in {COEFF_DIR}")
 
 
-def prescore_cycles(tree: LoopTree, spec: HardwareSpec, coeffs: Coefficients, kernel: KernelConfig | None = None
-                    ) -> float:
+def prescore_cycles(tree: LoopTree, spec: HardwareSpec, kernel: KernelConfig | None = None) -> float:
     """A TIR-only estimate in cycles: the register-tile kernel model per core plus parallel-region entries.
 
     No code generation and no isl: the kernel model's execution counts come from the TIR and its body
-    costs from the vector lanes, unrolling, accumulator chains and loads of each statement.
+    costs from the vector lanes, unrolling, accumulator chains and loads of each statement. It does not
+    depend on the coefficients file, so a calibration never changes which candidates it filters out.
     """
+    kernel = kernel or KernelConfig()
     _, launches = parallel_speedup(tree, spec.cores)
-    return kernel_cycles(tree, spec, kernel).cycles + coeffs.values["parallel_launches"] * launches
+    return kernel_cycles(tree, spec, kernel).cycles + kernel.launch_cycles * launches
 
 
 def gpu_cycles(features: Sequence, spec: HardwareSpec) -> float:
@@ -163,7 +164,7 @@ class StaticCostModel(CostModel):
         for cand in candidates:
             try:
                 tree = LoopTree.from_mod(cand.to_mod())
-                out.append(prescore_cycles(tree, self.spec, self.coefficients) / (self.spec.freq_ghz * 1e9))
+                out.append(prescore_cycles(tree, self.spec) / (self.spec.freq_ghz * 1e9))
             except Exception as err:  # noqa: BLE001 - counted like a full-score failure
                 self._fail("prescore:" + type(err).__name__, err)
                 out.append(math.inf)
