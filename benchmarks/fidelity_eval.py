@@ -15,7 +15,7 @@ from drytune import workloads
 from drytune.costmodel.calibrate import fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import MeasuredRow, read_rows
-from drytune.costmodel.model import Coefficients, StaticCostModel, default_coefficients_path
+from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel
 
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
@@ -151,7 +151,11 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         if r.ok and e is not None and "values" in e:
             by_op.setdefault(r.op, []).append((r, e))
     spec = dt.spec_for("llvm")
-    default = Coefficients.load(default_coefficients_path(spec)).vector()
+    # first-principles file (never fitted), and the shipped calibrated one if any (fitted on every operator:
+    # in-sample here, reported apart)
+    default = Coefficients.load(os.path.join(COEFF_DIR, f"{spec.arch}-default.json")).vector()
+    calibrated_path = os.path.join(COEFF_DIR, f"{spec.arch}-calibrated.json")
+    calibrated = Coefficients.load(calibrated_path).vector() if os.path.exists(calibrated_path) else None
     table = []
     for op in ops:
         if op not in by_op or len(by_op[op]) < 20:
@@ -167,6 +171,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         pred = F @ coef
         row = {"op": op, "n": len(data), "noise_median_spread": float(np.median(spreads)) if len(spreads) else None,
                "static_loo": metrics(pred, meas), "static_default": metrics(F @ default, meas),
+               "static_calibrated_in_sample": metrics(F @ calibrated, meas) if calibrated is not None else None,
                "prescore": metrics(np.array([e["prescore"] for _, e in data]), meas),
                "flops": metrics(np.array([e["tir_flops"] for _, e in data]), meas),
                "full_s_median": float(np.median([e["full_s"] for _, e in data])),
@@ -213,7 +218,11 @@ def write_report(table: list[dict], results_dir: str) -> None:
     lines.append(f"| **median** | | | {med['spearman']:.2f} | {med['kendall']:.2f} | {med['pairwise']:.2f} | "
                  f"{med['top1']:.2f} | {med['top10']:.2f} | {col(lambda t: t['static_default']['spearman'])} | "
                  f"{col(lambda t: t['prescore']['spearman'])} | {col(lambda t: t['flops']['spearman'])} | {xgb_med} |")
-    for name, key in (("default coefficients", "static_default"), ("pre-score", "prescore")):
+    for name, key in (("first-principles default coefficients", "static_default"),
+                      ("the shipped calibrated coefficients (in-sample: fitted on all operators)",
+                       "static_calibrated_in_sample"), ("pre-score", "prescore")):
+        if any(t.get(key) is None for t in table):
+            continue
         m = {k: np.median([t[key][k] for t in table]) for k in ("spearman", "pairwise", "top1", "top10")}
         lines.append(f"\nMedians with {name}: Spearman {m['spearman']:.2f}, pairwise {m['pairwise']:.2f}, "
                      f"top-1 {m['top1']:.2f}, top-10 {m['top10']:.2f}.")
