@@ -25,6 +25,7 @@ class NetworkTuneConfig:
     round_size: int = 32  # candidates fully scored per round of one task
     warmup_rounds: int = 1  # rounds every task gets before the gradient decides
     warmup_round_size: int = 16  # candidates in a warm-up round (networks have tens of tasks)
+    min_warmup_round_size: int = 4  # warm-up rounds shrink to this when the budget would not reach every task
     check_rtol: float = 1e-3  # tuned network vs reference output
     check_atol: float = 1e-3
     check_seed: int = 0  # random inputs of the output check

@@ -119,12 +119,26 @@ class NetworkTuner:
     def _round_size(self, i: int) -> int:
         warm = self.states[i].rounds < self.config.warmup_rounds
         n = min(self.config.warmup_round_size, self.config.round_size) if warm else self.config.round_size
+        if warm:  # shrink warm-up rounds so that every task gets one within the budget
+            n = min(n, max(self.config.min_warmup_round_size, self._warmup_share()))
         lim = self.limits[i]
         if lim.max_trials is not None:
             n = min(n, lim.max_trials - self.states[i].trials)
         if self.budget.trials is not None:
             n = min(n, self.budget.trials - self.trials)
         return max(n, 0)
+
+    def _warmup_share(self) -> int:
+        """Candidates per task that the budget left allows for the tasks still waiting for their warm-up."""
+        waiting = sum(1 for s in self.states if s.done is None and s.rounds < self.config.warmup_rounds)
+        share = 1 << 30
+        if self.budget.trials is not None:
+            share = (self.budget.trials - self.trials) // max(waiting, 1)
+        spent = sum(s.seconds for s in self.states)
+        if self.budget.seconds is not None and self.trials > 0 and spent > 0:
+            per_candidate = spent / self.trials
+            share = min(share, int((self.budget.seconds - self.elapsed) / per_candidate / max(waiting, 1)))
+        return share
 
     # ------------------------------------------------------------------ rounds
 

@@ -115,8 +115,8 @@ class GradientTaskScheduler(TaskScheduler):
         if not live:
             return None
         warm = [i for i in live if states[i].rounds < self.warmup_rounds]
-        if warm:
-            return warm[0]
+        if warm:  # the heaviest first (calls x FLOPs): if the budget runs out, the light tasks wait
+            return max(warm, key=lambda i: (states[i].weight * states[i].flops, -i))
         if self.rng.random() < self.config.eps_greedy:
             return int(self.rng.choice(live))
         grads = np.array([self.gradient(states, i) for i in live])

@@ -175,3 +175,36 @@ def test_gradient_beats_round_robin_on_diminishing_returns() -> None:
         grad = simulate(GradientTaskScheduler(GradientConfig(), seed=seed), 40)
         rr = simulate(RoundRobinTaskScheduler(), 40)
         assert grad < rr
+
+
+def test_warmup_takes_the_heaviest_task_first() -> None:
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0))
+    states = [state("light", [], weight=1, flops=1e6), state("heavy", [], weight=3, flops=1e9),
+              state("mid", [], weight=10, flops=1e7)]
+    assert sched.next_task(states) == 1
+    states[1].add_round(1e-3, 16, 1.0)
+    assert sched.next_task(states) == 2
+
+
+def test_warmup_rounds_shrink_so_every_task_gets_one() -> None:
+    from types import SimpleNamespace
+
+    from drytune.scheduler.budget import TaskBudget
+    from drytune.scheduler.config import NetworkTuneConfig
+    from drytune.scheduler.network_tuner import NetworkTuner
+
+    tasks = [SimpleNamespace(name=f"t{i}", weight=1, flops=1e9, kind="conv2d") for i in range(10)]
+    cfg = NetworkTuneConfig(round_size=32, warmup_round_size=16, min_warmup_round_size=4)
+
+    def tuner(budget: Budget) -> NetworkTuner:
+        return NetworkTuner(tasks, [TaskBudget()] * 10, scorer=None, budget=budget, store=None, work_dir=None,
+                            config=cfg)
+
+    assert tuner(Budget(trials=1000))._round_size(0) == 16
+    assert tuner(Budget(trials=80))._round_size(0) == 8  # 80 trials over 10 waiting tasks
+    assert tuner(Budget(trials=10))._round_size(0) == 4  # never below the minimum
+    t = tuner(Budget(seconds=100))
+    for s in t.states[:5]:  # five tasks warmed up at 1 s per candidate
+        s.add_round(1e-3, 16, 16.0)
+    t.elapsed_before = 55.0
+    assert t._round_size(7) == 8  # just under 45 s left for 5 waiting tasks at 1 s per candidate
