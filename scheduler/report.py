@@ -74,6 +74,7 @@ class Report:
     def plot(self, path: str) -> str:
         """The tuning curve (predicted network latency over tuning time) as a PNG."""
         import matplotlib
+        import matplotlib.ticker
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -83,6 +84,8 @@ class Report:
         if pts:
             ax.step([t for t, _ in pts], [f * 1e3 for _, f in pts], where="post")
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.4g"))
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.4g"))
         ax.set_xlabel("tuning time (s)")
         ax.set_ylabel("predicted network latency (ms)")
         ax.set_title(f"{self.model} on {self.target}")
