@@ -9,6 +9,8 @@ trained on 32 / 64 / 128 measured samples of the same operator.
 
     python benchmarks/costmodel_fidelity.py --collect --samples 200
     python benchmarks/costmodel_fidelity.py
+
+On another machine, `--tag NAME` keeps its measurements, features and report in files ending in _NAME.
 """
 
 from __future__ import annotations
@@ -43,15 +45,18 @@ def main() -> int:
     ap.add_argument("--collect", action="store_true", help="measure candidates (phase 1)")
     ap.add_argument("--ops", default=",".join(workloads.SUITE))
     ap.add_argument("--samples", type=int, default=200)
-    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--data", default=None, help="measurements file (default: by --tag)")
+    ap.add_argument("--tag", default="", help="machine tag: files end in _TAG (another CPU than the shipped data's)")
     args = ap.parse_args()
     ops = args.ops.split(",")
+    if args.data is None:
+        args.data = DATA.replace(".jsonl", f"_{args.tag}.jsonl") if args.tag else DATA
     if args.collect:
         run_collect(ops, args.samples, args.data)
         return 0
     from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
 
-    return evaluate(ops, args.data, RESULTS)
+    return evaluate(ops, args.data, RESULTS, tag=args.tag)
 
 
 if __name__ == "__main__":

@@ -142,9 +142,11 @@ def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, di
     return out
 
 
-def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True) -> int:
+def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "") -> int:
+    """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
-    feats = compute_features(rows, os.path.join(results_dir, "fidelity_features_llvm.jsonl"))
+    suffix = f"_{tag}" if tag else ""
+    feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"))
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
     for r in rows:
         e = feats.get(_row_key(r))
@@ -187,12 +189,12 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         print(f"{op:20s} n={len(data):3d} rho={s['spearman']:.2f} tau={s['kendall']:.2f} pair={s['pairwise']:.2f} "
               f"top1={s['top1']:.2f} top10={s['top10']:.2f} | flops rho={row['flops']['spearman']:.2f} "
               f"| xgb64 rho={row.get('xgb', {}).get('64', {}).get('spearman', float('nan')):.2f}", flush=True)
-    write_report(table, results_dir)
+    write_report(table, results_dir, suffix)
     return 0
 
 
-def write_report(table: list[dict], results_dir: str) -> None:
-    with open(os.path.join(results_dir, "costmodel_fidelity.json"), "w") as f:
+def write_report(table: list[dict], results_dir: str, suffix: str = "") -> None:
+    with open(os.path.join(results_dir, f"costmodel_fidelity{suffix}.json"), "w") as f:
         json.dump(table, f, indent=1)
     med = {k: float(np.median([t["static_loo"][k] for t in table])) for k in ("spearman", "kendall", "pairwise",
                                                                                "top1", "top10")}
@@ -230,5 +232,5 @@ def write_report(table: list[dict], results_dir: str) -> None:
     pre = np.median([t["pre_s_median"] for t in table])
     lines += ["", f"Scoring speed (one process): full score {1 / full:.1f} candidates/s, pre-score {1 / pre:.0f} "
               "candidates/s (medians over operators)."]
-    with open(os.path.join(results_dir, "costmodel_fidelity.md"), "w") as f:
+    with open(os.path.join(results_dir, f"costmodel_fidelity{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
