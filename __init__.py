@@ -20,8 +20,11 @@ from .sketch.sketch import Hole, Sketch
 from .space import SearchSpace
 from .target import HardwareSpec, resolve_target, spec_for
 from .task import Task
+from .threads import default_runtime_threads
 
 __version__ = "0.1.0"
+
+default_runtime_threads()  # TVM's thread pool starts lazily; its x86 default would halve the cores
 
 __all__ = [
     "Budget",

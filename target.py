@@ -11,6 +11,8 @@ from typing import Any
 import tvm
 from tvm.target import Target
 
+from .threads import usable_cores
+
 
 @dataclass(frozen=True)
 class HardwareSpec:
@@ -65,10 +67,7 @@ class HardwareSpec:
 
 
 def _cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _cache_bytes(level: int, default: int) -> int:

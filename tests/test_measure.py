@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import subprocess
+import sys
 
 import pytest
 import tvm
@@ -155,3 +158,16 @@ def test_hang_times_out_and_the_worker_is_replaced(worker):
 def test_non_cpu_target_is_rejected():
     with pytest.raises(ValueError, match="local CPU"):
         measure_modules([_gemm()], tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
+
+
+def test_runtime_uses_every_core_unless_the_user_set_threads() -> None:
+    """TVM on x86 would take half the logical CPUs; drytune's import makes its pool use every usable core."""
+    code = ("import os, drytune, tvm; print(os.environ['TVM_NUM_THREADS'], "
+            "tvm.get_global_func('runtime.NumThreads')())")
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    cores = len(os.sched_getaffinity(0))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(cores), str(cores)]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "TVM_NUM_THREADS": "1"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
