@@ -90,7 +90,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                  name=o) for o in ops]
     if tasks[0].is_gpu:
         raise ValueError("calibration measures on this machine's CPU; CUDA coefficients need a GPU machine")
-    out = args.out or os.path.join(args.work_dir, f"{tasks[0].spec.arch}-calibrated.json")
+    from .costmodel.model import coefficients_file_name
+
+    cpu = str(dict(tasks[0].target.attrs).get("mcpu", "")) or None
+    name = coefficients_file_name(tasks[0].spec, cpu)
+    out = args.out or os.path.join(args.work_dir, name)
     data = os.path.join(args.work_dir, "calibration_measurements.jsonl")
     print(f"measuring {args.samples} candidates of each of {', '.join(ops)} (resumable: {data})")
     coeffs = calibrate(tasks, args.samples, data, out, seed=args.seed)
@@ -98,7 +102,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for name, value in coeffs.values.items():
         print(f"  {name:18s} {value:.4g}")
     print(f"wrote {out}; use it with StaticCostModel(target, coefficients={out!r}) or copy it to "
-          f"drytune/costmodel/coefficients/{tasks[0].spec.arch}-calibrated.json")
+          f"drytune/costmodel/coefficients/{name}, where targets with that CPU pick it up")
     return 0
 
 

@@ -15,7 +15,7 @@ from drytune import workloads
 from drytune.costmodel.calibrate import fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import MeasuredRow, read_rows
-from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel
+from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
 
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
@@ -142,22 +142,28 @@ def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, di
     return out
 
 
-def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "") -> int:
+def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
+             fit_out: str | None = None) -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
-    feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"))
+    feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
+                             workers=os.cpu_count() or 1)
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
     for r in rows:
         e = feats.get(_row_key(r))
         if r.ok and e is not None and "values" in e:
             by_op.setdefault(r.op, []).append((r, e))
-    spec = dt.spec_for("llvm")
-    # first-principles file (never fitted), and the shipped calibrated one if any (fitted on every operator:
-    # in-sample here, reported apart)
-    default = Coefficients.load(os.path.join(COEFF_DIR, f"{spec.arch}-default.json")).vector()
-    calibrated_path = os.path.join(COEFF_DIR, f"{spec.arch}-calibrated.json")
-    calibrated = Coefficients.load(calibrated_path).vector() if os.path.exists(calibrated_path) else None
+    target, spec = dt.resolve_target("llvm")
+    cpu = str(dict(target.attrs).get("mcpu", "")) or None
+    # first-principles file (never fitted), and the shipped calibrated one for this CPU if any (fitted on every
+    # operator: in-sample here, reported apart)
+    default_path = os.path.join(COEFF_DIR, f"{spec.arch}-default.json")
+    default = Coefficients.load(default_path).vector()
+    calibrated_path = default_coefficients_path(spec, cpu)
+    calibrated = Coefficients.load(calibrated_path).vector() if calibrated_path != default_path else None
+    if fit_out:
+        write_fit(by_op, spec, data_path, default, fit_out)
     table = []
     for op in ops:
         if op not in by_op or len(by_op[op]) < 20:
@@ -191,6 +197,26 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
               f"| xgb64 rho={row.get('xgb', {}).get('64', {}).get('spearman', float('nan')):.2f}", flush=True)
     write_report(table, results_dir, suffix)
     return 0
+
+
+def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str) -> None:
+    """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU)."""
+    pairs = [(r, e) for d in by_op.values() for r, e in d]
+    feats = np.array([e["values"] for _, e in pairs])
+    secs = np.array([r.seconds for r, _ in pairs])
+    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init)
+    rel = float(np.median(np.abs(feats @ coef / (spec.freq_ghz * 1e9) / secs - 1)))
+    threads = dt.threads.default_runtime_threads()
+    origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/costmodel_fidelity.py --fit-out with "
+              f"drytune.costmodel.calibrate.fit_log_ranking (non-negative, log latency with each operator's mean "
+              f"removed, soft-L1 loss, scale from the median ratio) to the {len(secs)} measured random candidates of "
+              f"{len(by_op)} suite operators in benchmarks/results/{os.path.basename(data_path)} ({spec.name}, "
+              f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
+              f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
+              "the table of the matching costmodel_fidelity report.")
+    Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
+                 {"fit_median_rel_error": rel}).save(out)
+    print(f"wrote {out} (median relative error {rel:.2f})", flush=True)
 
 
 def write_report(table: list[dict], results_dir: str, suffix: str = "") -> None:

@@ -1,8 +1,9 @@
 """Tuning one operator: drytune (static, nothing run) vs MetaSchedule (measured trials, XGBoost) at equal
 wall-clock budgets, both final kernels measured the same way, interleaved, in this process.
 
-Also: the measured FMA peak of this machine (a register-resident AVX-512 FMA loop, one thread per core) and
-the tuned GEMM's fraction of it; drytune strategies compared; scoring throughput with 1 and 2 Ray workers.
+Also: the measured FMA peak of this machine (a register-resident FMA loop with the CPU's widest vectors,
+AVX-512 or AVX2, one thread per core) and the tuned GEMM's fraction of it;
+drytune strategies compared; scoring throughput with 1 and 2 Ray workers.
 
     python benchmarks/op_tuning.py --ops gemm,conv2d_nchw,softmax --budgets 60
 """
@@ -30,30 +31,44 @@ FMA_PEAK_C = r"""
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
+#if defined(__AVX512F__)
+typedef __m512 vec;
+#define LANES 16
+#define SET1 _mm512_set1_ps
+#define FMADD _mm512_fmadd_ps
+#define STORE _mm512_storeu_ps
+#else
+typedef __m256 vec;
+#define LANES 8
+#define SET1 _mm256_set1_ps
+#define FMADD _mm256_fmadd_ps
+#define STORE _mm256_storeu_ps
+#endif
 int main(void) {
   const long iters = 200000000L; double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
     double t0 = omp_get_wtime(); float sink = 0;
     #pragma omp parallel reduction(+:sink)
     {
-      __m512 a[10]; __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
-      for (int i = 0; i < 10; ++i) a[i] = _mm512_set1_ps((float)i);
+      vec a[10]; vec b = SET1(1.0000001f), c = SET1(1e-7f); float out[LANES];
+      for (int i = 0; i < 10; ++i) a[i] = SET1((float)i);
       for (long it = 0; it < iters / 10; ++it)
-        for (int i = 0; i < 10; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
-      for (int i = 0; i < 10; ++i) sink += _mm512_reduce_add_ps(a[i]);
+        for (int i = 0; i < 10; ++i) a[i] = FMADD(a[i], b, c);
+      for (int i = 0; i < 10; ++i) { STORE(out, a[i]); for (int k = 0; k < LANES; ++k) sink += out[k]; }
     }
     double dt = omp_get_wtime() - t0;
-    double flops = 2.0 * 16 * iters * omp_get_max_threads();
+    double flops = 2.0 * LANES * iters * omp_get_max_threads();
     if (flops / dt > best) best = flops / dt;
     if (sink == 12345.f) printf("!");
   }
-  printf("%f\n", best / 1e9);
+  printf("%d %f\n", LANES * 32, best / 1e9);
   return 0;
 }
 """
 
 
 def fma_peak_gflops() -> float:
+    """GFLOP/s of a register-resident FMA loop with the widest vectors this CPU has (AVX-512, else AVX2)."""
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "peak.c"), os.path.join(d, "peak")
         with open(src, "w") as f:

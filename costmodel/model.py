@@ -63,9 +63,19 @@ class Coefficients:
         return np.array([self.values[n] for n in FEATURE_NAMES])
 
 
-def default_coefficients_path(spec: HardwareSpec) -> str:
-    """The shipped file for the spec's architecture: a calibrated one if present, else the defaults."""
-    for name in (f"{spec.arch}-calibrated.json", f"{spec.arch}-default.json"):
+def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
+    """File name of a calibration for one CPU model (`x86-znver3-calibrated.json`) or, without one, the arch."""
+    return f"{spec.arch}-{cpu}-calibrated.json" if cpu else f"{spec.arch}-calibrated.json"
+
+
+def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str:
+    """The shipped file for the target: calibrated for its CPU model, else for its architecture, else defaults.
+
+    Calibrations are per CPU model because thread count, cache sizes and port counts change the weights.
+    """
+    names = ([coefficients_file_name(spec, cpu)] if cpu else []) + [coefficients_file_name(spec),
+                                                                     f"{spec.arch}-default.json"]
+    for name in names:
         path = os.path.join(COEFF_DIR, name)
         if os.path.exists(path):
             return path
@@ -114,7 +124,8 @@ class StaticCostModel(CostModel):
             self._cpu = None
         else:
             if not isinstance(coefficients, Coefficients):
-                coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec))
+                cpu = str(dict(self.target.attrs).get("mcpu", "")) or None
+                coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec, cpu))
             self.coefficients = coefficients
             self._cpu = CPUFeatureExtractor(self.target, self.spec)
 
