@@ -58,5 +58,6 @@ class TuneConfig:
 
     default_trials: int = 256  # when neither trials nor seconds is given
     round_size: int = 32  # candidates fully scored per round (strategies learn between rounds)
-    prescore_oversample: int = 4  # candidates proposed per slot when the model has a cheaper prescore
+    prescore_oversample: int = 8  # proposed per slot when the model has a cheaper prescore (it costs ~1/50 of a
+    # full score; benchmarks/results/prescore_filter_znver3.md: best of 3 full scores 0.71 of the best at 4x, 0.76 8x)
     check_attempts: int = 8  # candidates tried, best first, until one passes the numeric check
