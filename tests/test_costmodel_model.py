@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.calibrate import calibrate, fit_coefficients, fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
-from drytune.costmodel.model import Coefficients, StaticCostModel
+from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel
 
 
 def _task(name: str, target: str = "llvm") -> dt.Task:
@@ -97,3 +98,14 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     assert all(v >= 0 for v in loaded.values.values())
     model = StaticCostModel(tasks[0].target, coefficients=str(out))
     assert np.all(np.isfinite(model.predict(tasks[0], dt.SearchSpace(tasks[0]).sample(2, seed=3))))
+
+
+def test_coefficients_are_chosen_by_cpu_model_then_architecture() -> None:
+    """A calibration for the target's CPU model wins; another x86 CPU gets the architecture's file."""
+    zen3 = StaticCostModel({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3", "num-cores": 2})
+    other = StaticCostModel({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "skylake-avx512",
+                             "num-cores": 2})
+    assert "Zen 3" in zen3.coefficients.origin or "znver3" in zen3.coefficients.origin
+    assert other.coefficients.origin == Coefficients.load(
+        os.path.join(COEFF_DIR, "x86-calibrated.json")).origin
+    assert zen3.coefficients.values != other.coefficients.values
