@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
+import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
@@ -49,6 +50,7 @@ class BlockInfo:
     is_output: bool
     has_init: bool
     other_iters: int  # iterators that are neither spatial nor reduction (scan, opaque)
+    conditional: bool = False  # the body selects with if_then_else (padding): inlining it puts a guard in the consumer
 
     @property
     def space_extent(self) -> int:
@@ -157,7 +159,22 @@ def analyze_block(sch: s_tir.Schedule, name: str, outputs: set[str] | None = Non
         is_output=any(w.buffer in outputs for w in writes),
         has_init=block.init is not None,
         other_iters=other,
+        conditional=_has_if_then_else(block.body),
     )
+
+
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+
+
+def _has_if_then_else(body: object) -> bool:
+    found = False
+
+    def on_call(call: tvm.ir.Call) -> None:
+        nonlocal found
+        found = found or call.op.same_as(_IF_THEN_ELSE)
+
+    tvm_ffi.structural_walk(body, [(tvm.ir.Call, on_call)], order="pre")
+    return found
 
 
 def _bindings(sch: s_tir.Schedule, name: str) -> list[tuple[str, int, set[str]]]:

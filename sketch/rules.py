@@ -16,7 +16,7 @@ from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
 from .config import SpaceConfig
 from .sketch import ProbeDecider, Step
-from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, RFactor
+from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, RFactor, attach_loops
 
 
 class Verdict(enum.Enum):
@@ -112,9 +112,13 @@ def strictly_inlinable(state: SketchState, info: BlockInfo) -> bool:
 
 
 class AlwaysInline(SketchRule):
+    """Inline an element-wise block into its consumers (on CPU not a conditional one: see SpaceConfig)."""
+
     name = "always-inline"
 
     def condition(self, state, info, ctx):
+        if info.conditional and not ctx.gpu and not ctx.config.cpu_inline_conditional:
+            return Verdict.PASS
         return Verdict.APPLY_AND_SKIP_REST if strictly_inlinable(state, info) else Verdict.PASS
 
     def apply(self, state, info, ctx):
@@ -222,7 +226,9 @@ class RandomComputeLocation(SketchRule):
         return Verdict.APPLY_AND_SKIP_REST if ok else Verdict.PASS
 
     def apply(self, state, info, ctx):
-        return [state.then(ComputeLocation(info.name, info.consumers[0], ctx.gpu), self.name)]
+        consumer = info.consumers[0]
+        depth = len(attach_loops(state.sch, consumer))
+        return [state.then(ComputeLocation(info.name, consumer, ctx.gpu, depth), self.name)]
 
 
 class Skip(SketchRule):

@@ -234,24 +234,36 @@ class CrossThreadReduction(Step):
             sch.bind(bx, "blockIdx.x")
 
 
+def attach_loops(sch: s_tir.Schedule, consumer: str) -> list[s_tir.LoopRV]:
+    """The consumer's outer serial spatial loops: where a producer may be computed."""
+    loops = sch.get_loops(sch.get_sblock(consumer))
+    kinds = loop_iter_kinds(sch, consumer)
+    found = []
+    for lp, k in zip(loops, kinds, strict=True):
+        if k != "S" or sch.get(lp).kind != tirx.ForKind.SERIAL:
+            break
+        found.append(lp)
+    return found
+
+
 @dataclass(frozen=True)
 class ComputeLocation(Step):
-    """Place a block at one of its single consumer's spatial loops, or leave it at the root."""
+    """Place a block at one of its single consumer's spatial loops, or leave it at the root.
+
+    `depth` fixes the number of loop choices when the sketch is derived: a consumer that is itself computed at
+    another block's loop gains the inherited loops in front, which must not change this hole's domain.
+    """
 
     block: str
     consumer: str
     gpu: bool = False
+    depth: int | None = None
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
-        loops = sch.get_loops(sch.get_sblock(self.consumer))
-        kinds = loop_iter_kinds(sch, self.consumer)
-        candidates = []
-        for lp, k in zip(loops, kinds, strict=True):
-            if k != "S" or sch.get(lp).kind != tirx.ForKind.SERIAL:
-                break
-            candidates.append(lp)
-        options = tuple(range(-1, len(candidates)))
-        where = choose(sch, decider, f"{self.block}/at", "compute_loc", options)
+        candidates = attach_loops(sch, self.consumer)
+        depth = len(candidates) if self.depth is None else self.depth
+        options = tuple(range(-1, depth))
+        where = min(choose(sch, decider, f"{self.block}/at", "compute_loc", options), len(candidates) - 1)
         if where >= 0:
             block = sch.get_sblock(self.block)
             sch.compute_at(block, candidates[where], preserve_unit_loops=True)

@@ -18,7 +18,7 @@ from drytune.annotate.mutate import mutate
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.sketch.rules import SketchRule, Skip, Verdict
 from drytune.sketch.steps import Inline
-from drytune.verify import check_candidate
+from drytune.verify import check_candidate, random_inputs, run_module
 
 SMALL = sorted(workloads.SMALL)
 
@@ -32,9 +32,6 @@ def test_cpu_candidates_build_and_match_unscheduled(name: str) -> None:
     task = _task(name)
     space = dt.SearchSpace(task)
     assert 0 < len(space.sketches) < 10
-    reference = None
-    from drytune.verify import random_inputs, run_module
-
     reference = run_module(task.mod, task, random_inputs(task))
     for cand in space.sample(4, seed=7):
         result = check_candidate(task, cand, reference=reference)
@@ -193,3 +190,24 @@ def test_short_target_names_resolve() -> None:
         assert spec.cores >= 1 and spec.vector_bits >= 128
     with pytest.raises(ValueError, match="unknown target name"):
         dt.resolve_target("tpu")
+
+
+def test_padding_is_computed_at_a_loop_on_cpu_and_inlined_on_gpu() -> None:
+    """Inlined padding guards every load of a convolution on CPU, so the pad block keeps its own loop nest."""
+    task = _task("conv2d_bias_relu")
+    cpu = dt.SearchSpace(task)
+    assert all("compute-location(pad)" in s.rules for s in cpu.sketches)
+    reference = run_module(task.mod, task, random_inputs(task))
+    for cand in cpu.sample(4, seed=11):
+        assert "pad" in {b.name_hint for b in _blocks(cand.to_mod())}
+        assert check_candidate(task, cand, reference=reference).ok
+    inlined = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_inline_conditional=True))
+    assert all("always-inline(pad)" in s.rules for s in inlined.sketches)
+    gpu = dt.SearchSpace(_task("conv2d_bias_relu", "cuda-sm90"))
+    assert all("always-inline(pad)" in s.rules for s in gpu.sketches)
+
+
+def _blocks(mod: tvm.IRModule) -> list[s_tir.SBlock]:
+    found: list[s_tir.SBlock] = []
+    tvm_ffi.structural_walk(mod["main"], [(s_tir.SBlock, found.append)], order="pre")
+    return found
