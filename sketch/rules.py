@@ -228,7 +228,7 @@ class RandomComputeLocation(SketchRule):
     def apply(self, state, info, ctx):
         consumer = info.consumers[0]
         depth = len(attach_loops(state.sch, consumer))
-        return [state.then(ComputeLocation(info.name, consumer, ctx.gpu, depth), self.name)]
+        return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu), self.name)]
 
 
 class Skip(SketchRule):

@@ -256,13 +256,12 @@ class ComputeLocation(Step):
 
     block: str
     consumer: str
+    depth: int
     gpu: bool = False
-    depth: int | None = None
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         candidates = attach_loops(sch, self.consumer)
-        depth = len(candidates) if self.depth is None else self.depth
-        options = tuple(range(-1, depth))
+        options = tuple(range(-1, self.depth))
         where = min(choose(sch, decider, f"{self.block}/at", "compute_loc", options), len(candidates) - 1)
         if where >= 0:
             block = sch.get_sblock(self.block)
