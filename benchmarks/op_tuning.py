@@ -11,10 +11,12 @@ drytune strategies compared; scoring throughput with 1 and 2 Ray workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -79,6 +81,7 @@ def fma_peak_gflops() -> float:
 
 
 def _ms_worker(op: str, work_dir: str, seed: int) -> None:
+    os.setpgrp()  # its builder and runner processes join this group, so that the parent can stop them all
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -104,10 +107,12 @@ def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[obje
     t0 = time.perf_counter()
     proc.start()
     proc.join(seconds)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
     wall = time.perf_counter() - t0
+    if proc.is_alive():
+        # killing only the tuner would leave its builder finishing a batch of builds while we measure
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.join()
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
     try:
         db = ms.database.JSONDatabase(work_dir=work_dir, allow_missing=True)

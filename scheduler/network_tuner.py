@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from ..records import RecordStore
 from ..search.scorer import Scorer
-from ..search.tuner import TaskTuner
+from ..search.tuner import TaskTuner, fit_round
 from .budget import Budget, TaskBudget
 from .config import GradientConfig, NetworkTuneConfig
 from .task_scheduler import TASK_SCHEDULERS, GradientTaskScheduler, TaskScheduler, TaskState, objective
@@ -126,6 +126,12 @@ class NetworkTuner:
             n = min(n, lim.max_trials - self.states[i].trials)
         if self.budget.trials is not None:
             n = min(n, self.budget.trials - self.trials)
+        s = self.states[i]
+        rate = s.seconds / s.trials if s.trials else None
+        left = [x for x in (None if self.budget.seconds is None else self.budget.seconds - self.elapsed,
+                            None if lim.max_seconds is None else lim.max_seconds - s.seconds) if x is not None]
+        if n > 0 and left:
+            n = fit_round(n, max(min(left), 0.0), rate)
         return max(n, 0)
 
     def _warmup_share(self) -> int:

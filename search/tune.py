@@ -15,7 +15,7 @@ from ..task import Task
 from .config import TuneConfig
 from .scorer import CostModelSpec, Scorer, make_scorer
 from .select import select_best
-from .tuner import CurvePoint, TaskTuner
+from .tuner import CurvePoint, TaskTuner, fit_round
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ def tune(
     try:
         tuner = TaskTuner(task, scorer, strategy=strategy, store=store, seed=seed, config=config)
         tuner.start = start
+        in_rounds = 0.0  # seconds spent in rounds: their rate sizes the last round of a time budget
         total = trials if trials is not None else math.ceil(seconds)
         with tqdm(total=total, disable=not progress, unit="cand" if trials is not None else "s",
                   desc=f"tune {task.name}", leave=False) as bar:
@@ -116,7 +117,11 @@ def tune(
                 left = trials - tuner.trials if trials is not None else config.round_size
                 if left <= 0 or (seconds is not None and elapsed >= seconds):
                     break
-                done = tuner.round(min(config.round_size, left))
+                rate = in_rounds / tuner.trials if tuner.trials else None
+                n = fit_round(min(config.round_size, left), seconds - elapsed if seconds is not None else None, rate)
+                t0 = time.perf_counter()
+                done = tuner.round(n)
+                in_rounds += time.perf_counter() - t0
                 if done == 0:
                     break  # the space is exhausted
                 bar.update(done if trials is not None else min(total, round(time.perf_counter() - start)) - bar.n)

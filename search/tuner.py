@@ -54,6 +54,16 @@ class CurvePoint:
     best: float
 
 
+def fit_round(n: int, seconds_left: float | None, seconds_per_candidate: float | None) -> int:
+    """Shrink a round of `n` candidates to what `seconds_left` allows at the rate seen so far (at least one).
+
+    Without it a time budget overruns by up to a whole round: tens of seconds where candidates compile slowly.
+    """
+    if seconds_left is None or not seconds_per_candidate:
+        return n
+    return max(1, min(n, int(seconds_left / seconds_per_candidate)))
+
+
 class TaskTuner:
     """One task's search state: space, archive, strategy, records; `round(n)` scores up to n new candidates."""
 

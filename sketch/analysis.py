@@ -1,7 +1,7 @@
 """Analysis of the blocks of a schedule's program: what the sketch rules' conditions are computed from.
 
-Everything here looks at iteration kinds, buffer access patterns and producer/consumer edges, never at
-operator names.
+Everything here looks at iteration kinds, buffer access patterns and producer/consumer edges; the only
+expression facts are whether a body selects (if_then_else) and whether it calls a costly math function.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class BlockInfo:
     has_init: bool
     other_iters: int  # iterators that are neither spatial nor reduction (scan, opaque)
     conditional: bool = False  # the body selects with if_then_else (padding): inlining it puts a guard in the consumer
+    costly_math: bool = False  # calls exp, log, tanh, erf, ...: inlined into k consumers it is computed k times
 
     @property
     def space_extent(self) -> int:
@@ -159,19 +160,26 @@ def analyze_block(sch: s_tir.Schedule, name: str, outputs: set[str] | None = Non
         is_output=any(w.buffer in outputs for w in writes),
         has_init=block.init is not None,
         other_iters=other,
-        conditional=_has_if_then_else(block.body),
+        conditional=_calls_any(block.body, _IF_THEN_ELSE),
+        costly_math=_calls_any(block.body, *_COSTLY_MATH),
     )
 
 
-_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+_IF_THEN_ELSE = "if_then_else"
+# math intrinsics that cost tens of cycles per element (a polynomial or a library call), unlike + - * / max;
+# TVM registers some as tirx.* and some as prim.*, so they are matched by the last part of the name
+_COSTLY_MATH = ("exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf", "pow", "sin",
+                "cos", "tan", "atan", "sinh", "cosh", "asin", "acos")
 
 
-def _has_if_then_else(body: object) -> bool:
+def _calls_any(body: object, *names: str) -> bool:
+    """The body calls an operator whose name (without its namespace) is one of `names`."""
     found = False
 
     def on_call(call: tvm.ir.Call) -> None:
         nonlocal found
-        found = found or call.op.same_as(_IF_THEN_ELSE)
+        if not found and isinstance(call.op, tvm.ir.Op):
+            found = call.op.name.rsplit(".", 1)[-1] in names
 
     tvm_ffi.structural_walk(body, [(tvm.ir.Call, on_call)], order="pre")
     return found

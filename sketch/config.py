@@ -32,3 +32,7 @@ class SpaceConfig:
     # AutoInline(disallow_if_then_else) does; inlined padding guards every load of the convolution's inner loop
     # (ResNet-50 3x3 convolutions on Zen 3: best of 32 random candidates 2.1-2.4x faster without it)
     cpu_inline_conditional: bool = False
+    # CPU: a block that calls exp/log/tanh/... and has several consumers is not inlined (that would compute it once
+    # per consumer, as softmax's exp in both the sum and the normalisation) but computed once, at the loop of the
+    # consumer that the others feed (MetaSchedule's CPU AutoInline never inlines exp)
+    cpu_inline_shared_math: bool = False

@@ -112,13 +112,17 @@ def strictly_inlinable(state: SketchState, info: BlockInfo) -> bool:
 
 
 class AlwaysInline(SketchRule):
-    """Inline an element-wise block into its consumers (on CPU not a conditional one: see SpaceConfig)."""
+    """Inline an element-wise block into its consumers (on CPU not a conditional one, nor costly math shared by
+    several consumers: see SpaceConfig)."""
 
     name = "always-inline"
 
     def condition(self, state, info, ctx):
-        if info.conditional and not ctx.gpu and not ctx.config.cpu_inline_conditional:
-            return Verdict.PASS
+        if not ctx.gpu:
+            if info.conditional and not ctx.config.cpu_inline_conditional:
+                return Verdict.PASS
+            if info.costly_math and len(info.consumers) > 1 and not ctx.config.cpu_inline_shared_math:
+                return Verdict.PASS
         return Verdict.APPLY_AND_SKIP_REST if strictly_inlinable(state, info) else Verdict.PASS
 
     def apply(self, state, info, ctx):
@@ -215,20 +219,47 @@ class MultiLevelTiling(SketchRule):
         return [state.then(_tile(info, ctx), self.name)]
 
 
+def anchor_consumer(state: SketchState, info: BlockInfo) -> str | None:
+    """The consumer that every other consumer of `info` feeds (directly or not), or the single consumer.
+
+    A block computed at one of the anchor's loops then lies in front of all its readers, as in softmax, where
+    exp is read by the row sum and by the normalisation, and the sum is read by the normalisation.
+    """
+    if len(info.consumers) == 1:
+        return info.consumers[0]
+
+    def reaches(src: str, dst: str) -> bool:
+        seen, todo = set(), [src]
+        while todo:
+            name = todo.pop()
+            if name == dst:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo += state.info(name).consumers
+        return False
+
+    anchors = [c for c in info.consumers if all(o == c or reaches(o, c) for o in info.consumers)]
+    return anchors[0] if len(anchors) == 1 else None
+
+
 class RandomComputeLocation(SketchRule):
-    """A non-output block with one consumer gets a compute-location hole (root or a consumer loop)."""
+    """A non-output block gets a compute-location hole (root or a loop of the consumer that its other consumers
+    feed; several consumers on CPU only, where the hole is clamped to the loops that enclose them all)."""
 
     name = "compute-location"
 
     def condition(self, state, info, ctx):
-        ok = (not info.is_output and len(info.consumers) == 1 and info.name not in state.placed
+        ok = (not info.is_output and info.consumers and info.name not in state.placed
+              and (len(info.consumers) == 1 or not ctx.gpu) and anchor_consumer(state, info) is not None
               and state.sch.get_loops(state.sch.get_sblock(info.name)))
         return Verdict.APPLY_AND_SKIP_REST if ok else Verdict.PASS
 
     def apply(self, state, info, ctx):
-        consumer = info.consumers[0]
+        consumer = anchor_consumer(state, info)
         depth = len(attach_loops(state.sch, consumer))
-        return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu), self.name)]
+        others = tuple(c for c in info.consumers if c != consumer)
+        return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu, others), self.name)]
 
 
 class Skip(SketchRule):

@@ -248,19 +248,28 @@ def attach_loops(sch: s_tir.Schedule, consumer: str) -> list[s_tir.LoopRV]:
 
 @dataclass(frozen=True)
 class ComputeLocation(Step):
-    """Place a block at one of its single consumer's spatial loops, or leave it at the root.
+    """Place a block at one of its consumer's spatial loops, or leave it at the root.
 
     `depth` fixes the number of loop choices when the sketch is derived: a consumer that is itself computed at
     another block's loop gains the inherited loops in front, which must not change this hole's domain.
+    `others` are further consumers of the block: the chosen loop is moved out to the innermost one that also
+    encloses them (the root if none does), since a producer must come before every reader.
     """
 
     block: str
     consumer: str
     depth: int
     gpu: bool = False
+    others: tuple[str, ...] = ()
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         candidates = attach_loops(sch, self.consumer)
+        for other in self.others:
+            theirs = sch.get_loops(sch.get_sblock(other))
+            shared = 0
+            while shared < len(candidates) and any(_same(sch, candidates[shared], lp) for lp in theirs):
+                shared += 1
+            candidates = candidates[:shared]
         options = tuple(range(-1, self.depth))
         where = min(choose(sch, decider, f"{self.block}/at", "compute_loc", options), len(candidates) - 1)
         if where >= 0:

@@ -220,3 +220,13 @@ def test_heal_records_finishes_or_cuts_the_last_line(gemm: dt.Task, tmp_path) ->
     store = RecordStore(work)
     store.add(b, 3e-3)
     assert [r.seconds for r in store.records(gemm)] == [1e-3, 3e-3]
+
+
+def test_last_round_of_a_time_budget_shrinks_to_the_time_left() -> None:
+    from drytune.search.tuner import fit_round
+
+    assert fit_round(32, None, 0.5) == 32  # a trial budget: rounds keep their size
+    assert fit_round(32, 100.0, None) == 32  # no rate measured yet
+    assert fit_round(32, 100.0, 0.5) == 32
+    assert fit_round(32, 4.0, 0.5) == 8
+    assert fit_round(32, 0.1, 0.5) == 1  # some time left: one more candidate

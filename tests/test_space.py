@@ -15,6 +15,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.annotate.encode import decode, dimension, encode
 from drytune.annotate.mutate import mutate
+from drytune.annotate.sample import sample_decisions
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.sketch.rules import SketchRule, Skip, Verdict
 from drytune.sketch.steps import Inline
@@ -205,6 +206,55 @@ def test_padding_is_computed_at_a_loop_on_cpu_and_inlined_on_gpu() -> None:
     assert all("always-inline(pad)" in s.rules for s in inlined.sketches)
     gpu = dt.SearchSpace(_task("conv2d_bias_relu", "cuda-sm90"))
     assert all("always-inline(pad)" in s.rules for s in gpu.sketches)
+
+
+def _shared_loops(mod: tvm.IRModule, a: str, b: str) -> int:
+    """How many loops (outermost first) enclose both block `a` and block `b`."""
+    paths: dict[str, list[object]] = {}
+
+    def walk(stmt: object, loops: list[object]) -> None:
+        if isinstance(stmt, tirx.For):
+            walk(stmt.body, [*loops, stmt])
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            paths[stmt.block.name_hint] = loops
+            walk(stmt.block.body, loops)
+        elif isinstance(stmt, tirx.SeqStmt):
+            for child in stmt.seq:
+                walk(child, loops)
+        elif hasattr(stmt, "body"):
+            walk(stmt.body, loops)
+
+    walk(mod["main"].body, [])
+    return sum(1 for x, y in zip(paths[a], paths[b], strict=False) if x.same_as(y))
+
+
+def test_shared_exp_is_computed_once_at_the_row_loop_on_cpu() -> None:
+    """Softmax's exp feeds the row sum and the normalisation: on CPU it is not inlined into both (two exps per
+    element) but gets a compute-location hole on the normalisation's loops, moved out to the loops that also
+    enclose the sum; row-wise fusion of max, exp, sum and normalisation is then in the space."""
+    task = _task("softmax")
+    space = dt.SearchSpace(task)
+    assert all("compute-location(exp)" in s.rules for s in space.sketches)
+    fused = next(s for s in space.sketches if "compute-location(exp_sum)" in s.rules
+                 and "compute-location(max_elem)" in s.rules)
+    reference = run_module(task.mod, task, random_inputs(task))
+    base = sample_decisions(fused, np.random.default_rng(3))
+    # option i of a compute-location hole is loop i - 1 of the consumer (option 0: the root)
+    cases = {(2, 3, 2): (2, 2), (2, 1, 1): (1, 1), (0, 3, 0): (0, 0), (1, 3, 1): (1, 1)}
+    for (sum_at, exp_at, max_at), (exp_depth, max_depth) in cases.items():
+        cand = dt.Candidate(task, fused, {**base, "exp_sum/at": sum_at, "exp/at": exp_at,
+                                          "max_elem/at": max_at})
+        mod = cand.to_mod()
+        assert _shared_loops(mod, "exp", "softmax") == exp_depth
+        assert _shared_loops(mod, "exp", "exp_sum_update") == exp_depth
+        assert _shared_loops(mod, "max_elem_update", "softmax") == max_depth
+        assert check_candidate(task, cand, reference=reference).ok
+    for cand in space.sample(6, seed=5):
+        assert check_candidate(task, cand, reference=reference).ok
+    inlined = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_inline_shared_math=True))
+    assert all("always-inline(exp)" in s.rules for s in inlined.sketches)
+    gpu = dt.SearchSpace(_task("softmax", "cuda-sm90"))
+    assert all("always-inline(exp)" in s.rules for s in gpu.sketches)
 
 
 def _blocks(mod: tvm.IRModule) -> list[s_tir.SBlock]:
