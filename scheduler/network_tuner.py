@@ -127,11 +127,13 @@ class NetworkTuner:
         if self.budget.trials is not None:
             n = min(n, self.budget.trials - self.trials)
         s = self.states[i]
-        rate = s.seconds / s.trials if s.trials else None
-        left = [x for x in (None if self.budget.seconds is None else self.budget.seconds - self.elapsed,
-                            None if lim.max_seconds is None else lim.max_seconds - s.seconds) if x is not None]
-        if n > 0 and left:
-            n = fit_round(n, max(min(left), 0.0), rate)
+        seconds_left = []
+        if self.budget.seconds is not None:
+            seconds_left.append(self.budget.seconds - self.elapsed)
+        if lim.max_seconds is not None:
+            seconds_left.append(lim.max_seconds - s.seconds)
+        if n > 0 and seconds_left:
+            n = fit_round(n, max(min(seconds_left), 0.0), s.seconds / s.trials if s.trials else None)
         return max(n, 0)
 
     def _warmup_share(self) -> int:

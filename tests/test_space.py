@@ -210,22 +210,9 @@ def test_padding_is_computed_at_a_loop_on_cpu_and_inlined_on_gpu() -> None:
 
 def _shared_loops(mod: tvm.IRModule, a: str, b: str) -> int:
     """How many loops (outermost first) enclose both block `a` and block `b`."""
-    paths: dict[str, list[object]] = {}
-
-    def walk(stmt: object, loops: list[object]) -> None:
-        if isinstance(stmt, tirx.For):
-            walk(stmt.body, [*loops, stmt])
-        elif isinstance(stmt, s_tir.SBlockRealize):
-            paths[stmt.block.name_hint] = loops
-            walk(stmt.block.body, loops)
-        elif isinstance(stmt, tirx.SeqStmt):
-            for child in stmt.seq:
-                walk(child, loops)
-        elif hasattr(stmt, "body"):
-            walk(stmt.body, loops)
-
-    walk(mod["main"].body, [])
-    return sum(1 for x, y in zip(paths[a], paths[b], strict=False) if x.same_as(y))
+    sch = s_tir.Schedule(mod)
+    loops_a, loops_b = (sch.get_loops(sch.get_sblock(name)) for name in (a, b))
+    return sum(1 for x, y in zip(loops_a, loops_b, strict=False) if sch.get(x).same_as(sch.get(y)))
 
 
 def test_shared_exp_is_computed_once_at_the_row_loop_on_cpu() -> None:
