@@ -34,6 +34,8 @@ class HardwareSpec:
     l2_bytes: int = 1024 * 1024
     l3_bytes: int = 8 * 1024 * 1024
     line_bytes: int = 64
+    l1_ways: int = 0  # set associativity; 0: treated as fully associative (no set conflicts)
+    l2_ways: int = 0
     # GPU
     sm_count: int = 0
     regs_per_sm: int = 65536
@@ -70,8 +72,8 @@ def _cpu_cores() -> int:
     return usable_cores()
 
 
-def _cache_bytes(level: int, default: int) -> int:
-    """Per-core data cache size of `level` read from sysfs, or `default`."""
+def _cache_value(level: int, default: int, field: str = "size") -> int:
+    """Per-core data cache size (or `field`, e.g. ways_of_associativity) of `level` from sysfs, or `default`."""
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for entry in sorted(os.listdir(base)):
@@ -82,7 +84,7 @@ def _cache_bytes(level: int, default: int) -> int:
                 typ = f.read().strip()
             if lvl != level or typ == "Instruction":
                 continue
-            with open(os.path.join(path, "size")) as f:
+            with open(os.path.join(path, field)) as f:
                 text = f.read().strip()
             mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
             return int(text.rstrip("KM")) * mult
@@ -107,9 +109,11 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         base,
         cores=cores,
         name=f"host-{cpu}",
-        l1_bytes=_cache_bytes(1, base.l1_bytes),
-        l2_bytes=_cache_bytes(2, base.l2_bytes),
-        l3_bytes=_cache_bytes(3, base.l3_bytes),
+        l1_bytes=_cache_value(1, base.l1_bytes),
+        l2_bytes=_cache_value(2, base.l2_bytes),
+        l3_bytes=_cache_value(3, base.l3_bytes),
+        l1_ways=_cache_value(1, base.l1_ways, "ways_of_associativity"),
+        l2_ways=_cache_value(2, base.l2_ways, "ways_of_associativity"),
     )
     return tdict, spec
 
@@ -118,15 +122,15 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
 _SPECS: dict[str, HardwareSpec] = {
     "x86-avx512": HardwareSpec(
         kind="cpu", arch="x86", name="x86-avx512", cores=2, vector_bits=512, freq_ghz=2.6, fma_units=2,
-        issue_width=6, l1_bytes=48 * 1024, l2_bytes=1024 * 1024, l3_bytes=32 * 1024 * 1024,
+        issue_width=6, l1_bytes=48 * 1024, l2_bytes=1024 * 1024, l3_bytes=32 * 1024 * 1024, l1_ways=12, l2_ways=16,
     ),
     "x86-avx2": HardwareSpec(
         kind="cpu", arch="x86", name="x86-avx2", cores=4, vector_bits=256, freq_ghz=3.0, fma_units=2,
-        issue_width=4, l1_bytes=32 * 1024, l2_bytes=256 * 1024, l3_bytes=8 * 1024 * 1024,
+        issue_width=4, l1_bytes=32 * 1024, l2_bytes=256 * 1024, l3_bytes=8 * 1024 * 1024, l1_ways=8, l2_ways=4,
     ),
     "aarch64": HardwareSpec(
         kind="cpu", arch="aarch64", name="aarch64-neon", cores=4, vector_bits=128, freq_ghz=2.5, fma_units=2,
-        issue_width=4, l1_bytes=64 * 1024, l2_bytes=1024 * 1024, l3_bytes=8 * 1024 * 1024,
+        issue_width=4, l1_bytes=64 * 1024, l2_bytes=1024 * 1024, l3_bytes=8 * 1024 * 1024, l1_ways=4, l2_ways=8,
     ),
     # A100 (sm_80) and H100 SXM (sm_90) from NVIDIA's architecture whitepapers.
     "cuda-sm80": HardwareSpec(

@@ -16,7 +16,7 @@ class MutationWeights:
 
     weights: dict[str, float] = field(default_factory=lambda: {
         "tile": 0.90, "compute_loc": 0.05, "unroll": 0.03, "parallel": 0.02,
-        "vectorize": 0.02, "threads": 0.02, "fetch": 0.02,
+        "vectorize": 0.02, "threads": 0.02, "fetch": 0.02, "pack": 0.05,  # pack: drytune's panel width
     })
 
 

@@ -63,6 +63,10 @@ class DataMoveConfig:
     max_enum_values: int = 1 << 20  # largest value range enumerated by the closed form
     max_enum_points: int = 1 << 16  # iteration points below which a footprint is enumerated (numpy), not isl
     cache_entries: int = 200_000  # footprint results kept per process
+    # Set conflicts: a footprint whose lines crowd into a few sets (rows 4 KiB apart all land in one L1 set)
+    # fits only if no set holds more lines than the cache has ways. Needs the spec's l1_ways/l2_ways.
+    set_conflicts: bool = True
+    max_crowd_points: int = 1 << 16  # iteration points enumerated to find the most crowded set
     levels: tuple[str, ...] = ("L1", "L2")
 
 
@@ -161,6 +165,7 @@ class FootprintCounter:
         self._ctx = isl.Context()
         self._ctx.set_max_operations(self.config.max_isl_operations)
         self._lock = threading.Lock()
+        self._crowd_cache: OrderedDict[tuple, tuple[int, ...] | None] = OrderedDict()
 
     def count(self, layout: LineLayout, accesses: Iterable[SpecAccess], extents: Mapping[str, int]) -> int:
         """Distinct lines touched by `accesses` with each variable v in [0, extents[v])."""
@@ -182,6 +187,31 @@ class FootprintCounter:
             if len(self._cache) > self.config.cache_entries:
                 self._cache.popitem(last=False)
             return value
+
+    def crowding(self, layout: LineLayout, accesses: Iterable[SpecAccess], extents: Mapping[str, int],
+                 sets: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Most lines of the footprint that share one cache set, for caches of each of `sets` sets (lines
+        map to sets by address modulo, buffers start on a set boundary); None when too large to enumerate."""
+        accs = frozenset(accesses)
+        if any(e.is_opaque for idx, _ in accs for e in idx):
+            return None
+        used = sorted({v for idx, conds in accs for e in (*idx, *conds) for v in e.loop_vars()})
+        ext = {v: int(extents[v]) for v in used}
+        key = (layout, accs, tuple(ext.items()), sets)
+        with self._lock:
+            if key in self._crowd_cache:
+                self._crowd_cache.move_to_end(key)
+                return self._crowd_cache[key]
+        points = sum(math.prod(ext[v] for v in _access_vars(a)) for a in accs)
+        got = None
+        if points <= self.config.max_crowd_points:
+            lines = _lines(layout, accs, ext)
+            got = tuple(int(np.bincount(lines % n, minlength=1).max()) if lines.size else 0 for n in sets)
+        with self._lock:
+            self._crowd_cache[key] = got
+            if len(self._crowd_cache) > self.config.cache_entries:
+                self._crowd_cache.popitem(last=False)
+        return got
 
     def _count_method(self, method: str, reason: str, logged: bool) -> None:
         if method == "closed_form":
@@ -338,8 +368,8 @@ def _eval_np(e: IndexExpr, grid: Mapping[str, np.ndarray]) -> np.ndarray | int:
     return out
 
 
-def _enumerate(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> int:
-    """Exact count by evaluating every iteration point of every (quasi-affine) access with numpy."""
+def _lines(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> np.ndarray:
+    """Distinct line addresses (buffer offset / line) touched, by evaluating every iteration point with numpy."""
     full_strides = [math.prod(layout.shape[d + 1 :]) for d in range(len(layout.shape))]
     parts = []
     for acc in accs:
@@ -353,7 +383,12 @@ def _enumerate(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str,
         for c in acc[1]:
             mask &= np.broadcast_to(_eval_np(c, grid), shape) >= 0
         parts.append(lines[mask])
-    return int(np.unique(np.concatenate(parts)).size) if parts else 0
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _enumerate(layout: LineLayout, accs: Iterable[SpecAccess], ext: Mapping[str, int]) -> int:
+    """Exact count by evaluating every iteration point of every (quasi-affine) access with numpy."""
+    return int(_lines(layout, accs, ext).size)
 
 
 def _occurrences(e: IndexExpr, out: Counter) -> None:
@@ -685,6 +720,8 @@ class _Info:
     fp: dict[str, int]
     fp1: dict[str, int]
     children: list[_Info]
+    crowd: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per buffer: most lines in one set
+    crowd1: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the same for one iteration
 
 
 @dataclass(eq=False)
@@ -700,8 +737,11 @@ class _AccRef:
 class _Analysis:
     """Footprint pass over the tree (independent of cache size)."""
 
-    def __init__(self, tree: LoopTree, spec: HardwareSpec, counter: FootprintCounter) -> None:
+    def __init__(self, tree: LoopTree, spec: HardwareSpec, counter: FootprintCounter,
+                 sets: tuple[int, ...] = (), max_lines: int = 0) -> None:
         self.counter = counter
+        self.sets = sets  # set counts of the set-associative levels analysed for conflicts
+        self.max_lines = max_lines  # footprints above this fit no level anyway: no conflict query
         self.line_bytes = spec.line_bytes
         self.layouts: dict[str, LineLayout] = {}
         self.extents = dict(tree.extents)
@@ -739,8 +779,10 @@ class _Analysis:
         self._spec_memo[key] = got
         return got
 
-    def count(self, refs: dict[str, list[_AccRef]], depth: int) -> dict[str, int]:
-        out = {}
+    def count(self, refs: dict[str, list[_AccRef]], depth: int
+              ) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+        """Per buffer: distinct lines touched below `depth`, and (set-associative levels) most lines in one set."""
+        out, crowd = {}, {}
         for buf, lst in refs.items():
             accs, ext = [], {}
             for r in lst:  # (extents of the canonical variables come with each access)
@@ -748,8 +790,12 @@ class _Analysis:
                 if got is not None:
                     accs.append(got[0])
                     ext.update(got[1])
-            out[buf] = self.counter.count(self.layouts[buf], accs, ext)
-        return out
+            n = out[buf] = self.counter.count(self.layouts[buf], accs, ext)
+            if self.sets and 1 < n <= self.max_lines:
+                got = self.counter.crowding(self.layouts[buf], accs, ext, self.sets)
+                if got is not None:
+                    crowd[buf] = got
+        return out, crowd
 
     def visit(self, node: LoopNode | StmtLeaf, refs_out: dict[str, list[_AccRef]]) -> _Info:
         depth = len(self._path)
@@ -759,8 +805,8 @@ class _Analysis:
                 if not _on_chip(a.scope):
                     refs.setdefault(a.buffer, []).append(self._ref(a, node.conditions))
             _merge(refs_out, refs)
-            fp = self.count(refs, depth)
-            return _Info(node.block, depth, 1, fp, fp, [])
+            fp, crowd = self.count(refs, depth)
+            return _Info(node.block, depth, 1, fp, fp, [], crowd, crowd)
         if node.alias_of:  # re-bound GPU thread loop: no iterations of its own
             return self._transparent(node, refs_out)
         # A fused loop is analysed as the nest of its digits (outermost first), like the unfused loops.
@@ -774,8 +820,9 @@ class _Analysis:
             d = depth + lvl
             v = levels[lvl]
             # With one child, one iteration of the loop is exactly the child's execution.
-            fp1 = children[0].fp if len(children) == 1 else self.count(refs, d + 1)
-            info = _Info(v, d, self.extents[v], self.count(refs, d), fp1, children)
+            fp1, crowd1 = (children[0].fp, children[0].crowd) if len(children) == 1 else self.count(refs, d + 1)
+            fp, crowd = self.count(refs, d)
+            info = _Info(v, d, self.extents[v], fp, fp1, children, crowd, crowd1)
             children = [info]
         return info
 
@@ -784,14 +831,14 @@ class _Analysis:
         children = [self.visit(c, refs) for c in node.children]
         _merge(refs_out, refs)
         depth = len(self._path)
-        fp = self.count(refs, depth)
-        return _Info(node.var, depth, 1, fp, fp, children)
+        fp, crowd = self.count(refs, depth)
+        return _Info(node.var, depth, 1, fp, fp, children, crowd, crowd)
 
     def root(self, tree: LoopTree) -> _Info:
         refs: dict[str, list[_AccRef]] = {}
         children = [self.visit(c, refs) for c in tree.roots]
-        fp = self.count(refs, 0)
-        return _Info("<root>", -1, 1, fp, fp, children)
+        fp, crowd = self.count(refs, 0)
+        return _Info("<root>", -1, 1, fp, fp, children, crowd, crowd)
 
 
 def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
@@ -875,13 +922,31 @@ def _on_chip(scope: str) -> bool:
     return any(scope.startswith(s) for s in _ON_CHIP_SCOPES)
 
 
-def _movement(info: _Info, cap: int, records: list[LoopRecord]) -> dict[str, tuple[float, bool]]:
-    """Per buffer (movement in lines, reuse status) of a node for a cache of `cap` lines."""
+@dataclass(frozen=True)
+class _Geometry:
+    """One cache level: capacity in lines, and (set-associative) its set count and index in the crowd tuples."""
+
+    cap: int
+    sets: int = 0
+    index: int = -1
+
+    def effective(self, fp: Mapping[str, int], crowd: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """Footprints as the cache sees them: lines crowding into few sets fill them as if the footprint
+        were (most lines in one set) x sets, so it fits only if both its size and that crowding fit."""
+        if self.index < 0:
+            return dict(fp)
+        return {t: max(n, crowd[t][self.index] * self.sets) if t in crowd else n for t, n in fp.items()}
+
+
+def _movement(info: _Info, geo: _Geometry, records: list[LoopRecord]) -> dict[str, tuple[float, bool]]:
+    """Per buffer (movement in lines, reuse status) of a node for one cache level."""
     if not info.children:
         return {t: (float(n), True) for t, n in info.fp.items()}
-    subs = [_movement(c, cap, records) for c in info.children]
-    single = sum(info.fp1.values())
+    cap = geo.cap
+    subs = [_movement(c, geo, records) for c in info.children]
+    single = sum(geo.effective(info.fp1, info.crowd1).values())
     fits = single <= cap
+    seen = geo.effective(info.fp, info.crowd)
     out: dict[str, tuple[float, bool]] = {}
     for t, fp in info.fp.items():
         touched = [i for i, s in enumerate(subs) if t in s]
@@ -890,7 +955,7 @@ def _movement(info: _Info, cap: int, records: list[LoopRecord]) -> dict[str, tup
             mov = float(fp)
         else:
             mov = info.trip * sum(subs[i][t][0] for i in touched)
-        out[t] = (mov, reuse and fp <= cap)
+        out[t] = (mov, reuse and seen[t] <= cap)
     records.append(
         LoopRecord(
             var=info.var,
@@ -940,14 +1005,26 @@ def data_movement(
         counter = default_counter(config)
     cfg = config or counter.config
     before = counter.stats.copy()
-    analysis = _Analysis(tree, spec, counter)
-    root = analysis.root(tree)
     capacities = {"L1": spec.l1_bytes, "L2": spec.l2_bytes, "L3": spec.l3_bytes}
-    levels: dict[str, LevelMovement] = {}
+    ways = {"L1": spec.l1_ways, "L2": spec.l2_ways}
+    geos: dict[str, _Geometry] = {}
+    set_counts: list[int] = []
     for level in cfg.levels:
         cap = max(1, int(capacities[level]) // spec.line_bytes)
+        w = ways.get(level, 0) if cfg.set_conflicts else 0
+        if 0 < w < cap and cap % w == 0:
+            set_counts.append(cap // w)
+            geos[level] = _Geometry(cap, cap // w, len(set_counts) - 1)
+        else:
+            geos[level] = _Geometry(cap)
+    max_lines = max((g.cap for g in geos.values() if g.index >= 0), default=0)
+    analysis = _Analysis(tree, spec, counter, tuple(set_counts), max_lines)
+    root = analysis.root(tree)
+    levels: dict[str, LevelMovement] = {}
+    for level in cfg.levels:
+        cap = geos[level].cap
         records: list[LoopRecord] = []
-        mov = _movement(root, cap, records)
+        mov = _movement(root, geos[level], records)
         per_lines = {t: m for t, (m, _) in mov.items()}
         levels[level] = LevelMovement(
             level=level,

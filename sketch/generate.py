@@ -46,7 +46,10 @@ def generate_sketches(
             derived += rule.apply(state, info, ctx)
             if verdict is Verdict.APPLY_AND_SKIP_REST:
                 break
-        pending = derived + pending  # depth first: finish one derivation before widening
+        # depth first: finish one derivation before widening; variants (packed operands, ...) after all plain
+        # derivations, so that adding a variant rule does not rename the sketches recorded before it
+        plain = [d for d in derived if not d.variant or state.variant]
+        pending = plain + pending + [d for d in derived if d.variant and not state.variant]
     sketches: list[Sketch] = []
     seen: set[tuple] = set()
     for state in finished:

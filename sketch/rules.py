@@ -16,7 +16,7 @@ from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
 from .config import SpaceConfig
 from .sketch import ProbeDecider, Step
-from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, RFactor, attach_loops
+from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, PackOperand, RFactor, attach_loops
 
 
 class Verdict(enum.Enum):
@@ -49,6 +49,7 @@ class SketchState:
     placed: frozenset[str] = frozenset()
     probe: ProbeDecider = field(default_factory=ProbeDecider)
     outputs: frozenset[str] = frozenset()
+    variant: bool = False  # derived by a step that revisits its block: finished after the plain derivations
 
     @property
     def block(self) -> str:
@@ -57,8 +58,10 @@ class SketchState:
     def info(self, name: str) -> BlockInfo:
         return analyze_block(self.sch, name, set(self.outputs))
 
-    def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = ()) -> SketchState:
-        """A new state with `step` applied to a copy of the program and the visit moved on."""
+    def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = (), stay: bool = False
+             ) -> SketchState:
+        """A new state with `step` applied to a copy of the program and the visit moved on (`stay`: the rules
+        visit the same block again, for a step that prepares it rather than schedules it)."""
         sch = self.sch.copy()
         probe = self.probe.copy()
         if step is not None:
@@ -66,13 +69,14 @@ class SketchState:
         return SketchState(
             sch=sch,
             worklist=self.worklist,
-            index=self.index + 1,
+            index=self.index + (0 if stay else 1),
             steps=self.steps + ((step,) if step is not None else ()),
             rules=self.rules + ((f"{rule}({self.worklist[self.index]})" if self.index < len(self.worklist)
                                  else rule,) if step is not None else ()),
             placed=self.placed | frozenset(placed),
             probe=probe,
             outputs=self.outputs,
+            variant=self.variant or stay,
         )
 
 
@@ -159,6 +163,45 @@ class AddRFactor(SketchRule):
     def apply(self, state, info, ctx):
         m = ctx.config.max_innermost_factor
         return [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
+
+
+def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PackOperand | None:
+    """The packing of the first function input read as [r, s] or [s, r], with s the innermost spatial iterator
+    and r a reduction iterator, by panel widths that divide s's extent; None if there is none."""
+    if not info.spatial or not info.reduce:
+        return None
+    s_name, s_extent = info.spatial[-1]
+    reduce_names = {n for n, _ in info.reduce}
+    params = {p.name for p in state.sch.mod["main"].params}
+    lanes = ctx.spec.vector_lanes(32)
+    widths = tuple(w * lanes for w in ctx.config.pack_widths if s_extent % (w * lanes) == 0 and w * lanes < s_extent)
+    if not widths:
+        return None
+    for i, acc in enumerate(info.reads):
+        if acc.buffer not in params or len(acc.index) != 2 or None in acc.index:
+            continue
+        a, b = acc.index
+        if a == s_name and b in reduce_names:
+            return PackOperand(info.name, i, True, widths)
+        if b == s_name and a in reduce_names:
+            return PackOperand(info.name, i, False, widths)
+    return None
+
+
+class AddOperandPacking(SketchRule):
+    """CPU: a matmul-like block also gets sketches whose 2-D input is first packed into panels (the packed
+    state visits the block again, for tiling)."""
+
+    name = "pack-operand"
+
+    def condition(self, state, info, ctx):
+        ok = (not ctx.gpu and ctx.config.cpu_pack_operands and info.has_data_reuse()
+              and not any(isinstance(s, PackOperand) and s.block == info.name for s in state.steps)
+              and packable_read(state, info, ctx) is not None)
+        return Verdict.APPLY if ok else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(packable_read(state, info, ctx), self.name, stay=True)]
 
 
 def _tile(info: BlockInfo, ctx: RuleContext, **kw) -> MultiLevelTile:
@@ -278,6 +321,7 @@ def default_rules() -> list[SketchRule]:
         AlwaysInline(),
         AddCrossThreadReduction(),
         AddRFactor(),
+        AddOperandPacking(),
         MultiLevelTilingWithFusion(),
         AddCacheWrite(),
         MultiLevelTiling(),

@@ -18,7 +18,7 @@ from tvm import s_tir
 Decision = Any  # tuple[int, ...] for tile holes, int (option index) for choice holes
 
 TILE = "tile"
-CHOICE_KINDS = ("unroll", "parallel", "compute_loc", "vectorize", "threads", "fetch")
+CHOICE_KINDS = ("unroll", "parallel", "compute_loc", "vectorize", "threads", "fetch", "pack")
 
 
 @dataclass(frozen=True)

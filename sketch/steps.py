@@ -213,6 +213,34 @@ class RFactor(Step):
 
 
 @dataclass(frozen=True)
+class PackOperand(Step):
+    """CPU: copy a 2-D input of a reduction into panels, buf[s, r] or buf[r, s] -> packed[s // P, r, s % P].
+
+    s is the block's innermost spatial iterator and r a reduction iterator. The inner tile then reads P
+    consecutive floats per r step from one stream, instead of rows a whole row apart (a 1024-float row
+    stride puts every row of a tile in one L1 set) or, for buf[s, r], a gather. P is a choice hole. The copy
+    is a root nest (panels outermost, then r, then the panel's P elements) that the finishing step annotates.
+    """
+
+    block: str
+    read_index: int
+    spatial_first: bool  # the buffer is indexed [s, r] (e.g. a dense weight), else [r, s]
+    options: tuple[int, ...]
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        width = choose(sch, decider, f"{self.block}/pack{self.read_index}", "pack", self.options)
+        cache = sch.cache_read(sch.get_sblock(self.block), self.read_index, "global")
+        if self.spatial_first:
+            sch.transform_layout(cache, ("write", 0), lambda s, r: (s // width, r, s % width))
+        else:
+            sch.transform_layout(cache, ("write", 0), lambda r, s: (s // width, r, s % width))
+        first, second = sch.get_loops(cache)
+        s_loop, r_loop = (first, second) if self.spatial_first else (second, first)
+        panel, lane = sch.split(s_loop, factors=[None, width])
+        sch.reorder(panel, r_loop, lane)
+
+
+@dataclass(frozen=True)
 class CrossThreadReduction(Step):
     """GPU: threads of a block cooperate on one reduction (spatial -> blockIdx, reduction -> threadIdx)."""
 

@@ -174,6 +174,39 @@ def test_reuse_flips_when_the_footprint_exceeds_l1():
     assert small.per_buffer_lines == {"A": N * N, "B": N * N * N, "C": N * N}
 
 
+def column_sums(rows: int, row_elems: int, repeats: int) -> LoopTree:
+    """S[r] = sum_i A[i, 0], repeated `repeats` times: one float of every row of A, rows `row_elems` apart."""
+    A = te.placeholder((rows, row_elems), "float32", name="A")
+    i = te.reduce_axis((0, rows), name="i")
+    S = te.compute((repeats,), lambda r: te.sum(A[i, 0], axis=i), name="S")
+    return LoopTree.from_mod(tvm.IRModule({"main": te.create_prim_func([A, S])}))
+
+
+def test_rows_4_kib_apart_conflict_in_one_l1_set():
+    """64 rows, one line each: 64 lines fit a 32 KiB L1 (512 lines) as a count, and a fully associative cache
+    keeps them across r (64 lines moved). With 8 ways (64 sets of 64-byte lines), rows 4 KiB apart all map to
+    one set, 64 > 8 lines: nothing survives to the next r and A moves 64 lines per r. Rows of 1040 floats
+    (65 lines apart) spread over all 64 sets and fit again."""
+    l1 = dataclasses.replace(CPU, l1_bytes=32 * 1024, l1_ways=8, l2_ways=8)
+    full = dataclasses.replace(l1, l1_ways=0)
+    aligned = column_sums(64, 1024, 16)
+    assert data_movement(aligned, full).levels["L1"].per_buffer_lines["A"] == 64
+    assert data_movement(aligned, l1).levels["L1"].per_buffer_lines["A"] == 64 * 16
+    assert data_movement(aligned, l1, DataMoveConfig(set_conflicts=False)).levels["L1"].per_buffer_lines["A"] == 64
+    assert data_movement(column_sums(64, 1040, 16), l1).levels["L1"].per_buffer_lines["A"] == 64
+    # L2 (1 MiB, 8 ways: 2048 sets) sees the 64 rows in distinct sets: A stays, 64 lines
+    assert data_movement(aligned, l1).levels["L2"].per_buffer_lines["A"] == 64
+
+
+def test_most_crowded_set_equals_a_count_by_hand():
+    """Lines 0, 64, 128, ... (a column of a 4 KiB-row buffer): with 64 sets every line is in set 0; with 128
+    sets they alternate between sets 0 and 64."""
+    counter = FootprintCounter()
+    layout = LineLayout.of((32, 1024), 4, 64)
+    acc = ((IndexExpr.var("i"), IndexExpr.constant(0)), ())
+    assert counter.crowding(layout, [acc], {"i": 32}, (64, 128, 4096)) == (32, 16, 1)
+
+
 def two_stage(M: int, O=8, K=512) -> LoopTree:
     """Out[o] = sum_k X[k] W[o,k] + sum_m Z[o,m], both reductions computed at o."""
     X = te.placeholder((K,), "float32", name="X")

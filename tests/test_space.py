@@ -248,3 +248,54 @@ def _blocks(mod: tvm.IRModule) -> list[s_tir.SBlock]:
     found: list[s_tir.SBlock] = []
     tvm_ffi.structural_walk(mod["main"], [(s_tir.SBlock, found.append)], order="pre")
     return found
+
+
+def _packed_buffers(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def on_block(block: s_tir.SBlock) -> None:
+        for buf in block.alloc_buffers:
+            shapes[buf.name] = tuple(int(s) for s in buf.shape)
+
+    tvm_ffi.structural_walk(mod["main"], [(s_tir.SBlock, on_block)], order="pre")
+    return shapes
+
+
+@pytest.mark.parametrize(("name", "operand", "k_extent"), [("gemm", "B", 64), ("dense_bias_gelu", "W", 64)])
+def test_matmul_operand_is_packed_into_panels_in_extra_sketches(name: str, operand: str, k_extent: int,
+                                                                tmp_path) -> None:
+    """GEMM's B[k, j] and dense's W[j, k] get sketches that copy them to [j // P, k, j % P] first; the plain
+    sketches keep their names (packed ones come after), packed candidates compute the right thing and
+    round-trip through the records, and the rule can be switched off."""
+    task = _task(name)
+    space = dt.SearchSpace(task)
+    packed = [s for s in space.sketches if any(r.startswith("pack-operand") for r in s.rules)]
+    plain = [s for s in space.sketches if s not in packed]
+    assert packed and plain
+    assert max(space.sketches.index(s) for s in plain) < min(space.sketches.index(s) for s in packed)
+    off = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_pack_operands=False))
+    assert [s.steps for s in off.sketches] == [s.steps for s in plain]
+    lanes = task.spec.vector_lanes(32)
+    reference = run_module(task.mod, task, random_inputs(task))
+    store = RecordStore(str(tmp_path))
+    rng = np.random.default_rng(1)
+    cands = []
+    for sketch in packed:
+        hole = next(h for h in sketch.holes if h.kind == "pack")
+        for choice in range(len(hole.options)):
+            decisions = sample_decisions(sketch, rng) | {hole.key: choice}
+            cand = dt.Candidate(task, sketch, decisions)
+            width = hole.options[choice]
+            assert width % lanes == 0
+            n = task.mod["main"].params[-1].shape[-1]
+            assert _packed_buffers(cand.to_mod())[f"{operand}_global"] == (int(n) // width, k_extent, width)
+            assert check_candidate(task, cand, reference=reference).ok
+            cands.append(cand)
+            store.add(cand, 1e-3)
+    for rec, cand in zip(RecordStore(str(tmp_path)).records(task), cands, strict=True):
+        assert candidate_from_trace(task, space.sketches, rec.trace) == cand
+
+
+def test_operands_that_are_not_2d_matmul_inputs_are_not_packed() -> None:
+    for name in ("batch_matmul", "conv2d_nchw", "softmax"):
+        assert not any(r.startswith("pack-operand") for s in dt.SearchSpace(_task(name)).sketches for r in s.rules)
