@@ -19,7 +19,7 @@ import tvm
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .datamove import DataMoveConfig, data_movement, default_counter
-from .fpratio import cycles_per_fp_lane, tir_fp_lanes
+from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles
 from .listsched import ListScheduler
 from .looptree import LoopNode, LoopTree, StmtLeaf
@@ -40,6 +40,7 @@ FEATURE_NAMES = (
     "kernel_serial_cycles",  # the same on one core: what parallel loops do not shorten (busy or shared cores)
     "asm_fp_cycles",  # TIR FP operations x cycles per FP lane of the generated code (costmodel.fpratio), per core
     "asm_fp_serial_cycles",  # the same on one core
+    "stack_mem",  # loads/stores through the stack pointer in the FP code (spills) per FP lane x TIR FP ops, per core
 )
 
 
@@ -137,7 +138,8 @@ class CPUFeatureExtractor:
         kern = kernel_cycles(tree, self.spec, self.kernel)
         rate = cycles_per_fp_lane(program, counts, self.scheduler)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
-        asm_fp = rate * tir_fp_lanes(tree) if rate is not None else kern.serial_cycles
+        fp_ops = tir_fp_lanes(tree)
+        asm_fp = rate * fp_ops if rate is not None else kern.serial_cycles
         compulsory = float(sum(moved.footprint_lines.values()))
         values = (
             ser_cycles + par_cycles / speedup,
@@ -152,6 +154,7 @@ class CPUFeatureExtractor:
             kern.serial_cycles,
             asm_fp / speedup,
             asm_fp,
+            stack_accesses_per_fp_lane(program, counts) * fp_ops / speedup,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)

@@ -7,18 +7,20 @@ If single(L) fits in the cache, mov_t(L) = fp_t(L). Otherwise a buffer whose reu
 moves fp_t(L) and every other buffer moves trip(L) * sum_children mov_t(child). The reuse status of t
 starts true at the statements and flips to false (as in the paper) when fp_t of a loop exceeds the cache,
 or when a run of consecutive sibling nodes not touching t (cyclically across iterations) has a combined
-footprint above the cache. A fused loop is analysed as the nest of the loops it fuses (its mixed-radix
-digits), which also makes the floordiv/floormod of fused indices affine. Only buffers in global memory
-are analysed ("local"/"shared" scopes are registers or scratchpads, not cached).
+footprint above the cache. Caches are set associative where the spec gives their ways: a buffer's footprint
+counts as (most of its lines in one set) x sets when that is larger, so rows 4 KiB apart that all land in one L1
+set overflow it long before the lines add up to the capacity. A fused loop is analysed as the nest of the loops
+it fuses (its mixed-radix digits), which also makes the floordiv/floormod of fused indices affine. Only buffers
+in global memory are analysed ("local"/"shared" scopes are registers or scratchpads, not cached).
 
-Footprints are exact. Accesses are renamed canonically (equal images compare equal), a union covered by
-one full box is that box, and floordiv/floormod are made affine where exact (mixed-radix digits, dense
-split arguments as one variable). A single separable affine access then has a closed form (product over
-buffer dimensions of distinct values, the row-contiguous suffix mapped to lines by floor division); other
-queries (unions, coupled dimensions, remaining floordiv/floormod, guards) are enumerated with numpy when
-their domain is small, and counted by isl (`count_val`, bounded by an operation limit) otherwise.
-Non quasi-affine indices (a box of their range inside isl) and isl failures fall back to conservative
-estimates, counted in `FootprintStats` and logged. Footprints are cached per process across candidates.
+Footprints are exact. Accesses are renamed canonically (equal images compare equal), a union covered by one full
+box is that box, and floordiv/floormod are made affine where exact (mixed-radix digits, dense split arguments as
+one variable). A single separable affine access then has a closed form (product over buffer dimensions of
+distinct values, the row-contiguous suffix mapped to lines by floor division); other queries (unions, coupled
+dimensions, remaining floordiv/floormod, guards) are enumerated with numpy when their domain is small, and
+counted by isl (`count_val`, bounded by an operation limit) otherwise. Non quasi-affine indices (a box of their
+range inside isl) and isl failures fall back to conservative estimates, counted in `FootprintStats` and logged.
+Footprints are cached per process across candidates.
 """
 
 from __future__ import annotations

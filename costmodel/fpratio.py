@@ -12,7 +12,7 @@ without trusting the absolute counts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts
 from .listsched import ListScheduler
@@ -21,6 +21,7 @@ from .looptree import LoopTree
 _FP_CLASSES = frozenset({VEC_FMA, VEC_ARITH, SCALAR_FP})
 _TIR_FP_OPS = frozenset({"fma", "fadd", "fsub", "fmul", "fdiv", "fminmax", "fsqrt"})
 CALL_LANES = 20.0  # an exp/erf/... call expands to about this many FP operations
+_STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers when frames are omitted
 
 
 def fp_lanes(instructions: Iterable) -> float:
@@ -33,10 +34,10 @@ def fp_lanes(instructions: Iterable) -> float:
     return total
 
 
-def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler) -> float | None:
-    """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code)."""
+def _fp_units(program: AsmProgram, counts: InstructionCounts) -> Iterator[tuple[list[Sequence], bool, int]]:
+    """(blocks' instructions, whole single-block loop body, executions) of each unit doing FP work: every
+    innermost loop as a whole, and every straight-line block outside one."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
-    cycles = lanes = 0.0
     for f in program.functions:
         in_leaf_loop: set[int] = set()
         for lp in f.loops:
@@ -44,24 +45,35 @@ def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler
                 continue
             blocks = sorted(lp.blocks)
             in_leaf_loop.update(blocks)
-            unit_lanes = sum(fp_lanes(f.blocks[b].instructions) for b in blocks)
-            if unit_lanes <= 0:
-                continue
-            single = len(blocks) == 1
-            unit_cycles = sum(scheduler.block_cycles(f.blocks[b].instructions, single) for b in blocks)
-            n = executions.get((f.name, f.blocks[f.block_index(lp.header)].start), 0)
-            cycles += unit_cycles * n
-            lanes += unit_lanes * n
+            yield ([f.blocks[b].instructions for b in blocks], len(blocks) == 1,
+                   executions.get((f.name, f.blocks[f.block_index(lp.header)].start), 0))
         for k, b in enumerate(f.blocks):
-            if k in in_leaf_loop:
-                continue
-            unit_lanes = fp_lanes(b.instructions)
-            if unit_lanes <= 0:
-                continue
-            n = executions.get((f.name, b.start), 0)
-            cycles += scheduler.block_cycles(b.instructions, False) * n
+            if k not in in_leaf_loop:
+                yield [b.instructions], False, executions.get((f.name, b.start), 0)
+
+
+def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler) -> float | None:
+    """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code)."""
+    cycles = lanes = 0.0
+    for blocks, single, n in _fp_units(program, counts):
+        unit_lanes = sum(fp_lanes(insts) for insts in blocks)
+        if unit_lanes > 0:
+            cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
             lanes += unit_lanes * n
     return cycles / lanes if lanes > 0 else None
+
+
+def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts) -> float:
+    """Execution-weighted loads and stores through the stack pointer per FP lane operation in the FP units:
+    register spills and reloads of the code that does the arithmetic (0 without FP code)."""
+    stack = lanes = 0.0
+    for blocks, _, n in _fp_units(program, counts):
+        unit_lanes = sum(fp_lanes(insts) for insts in blocks)
+        if unit_lanes > 0:
+            stack += n * sum(1 for insts in blocks for i in insts
+                             if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
+            lanes += unit_lanes * n
+    return stack / lanes if lanes > 0 else 0.0
 
 
 def tir_fp_lanes(tree: LoopTree) -> float:

@@ -8,7 +8,7 @@ from tvm import s_tir, te
 
 import drytune as dt
 from drytune.costmodel import asm
-from drytune.costmodel.fpratio import cycles_per_fp_lane, fp_lanes, tir_fp_lanes
+from drytune.costmodel.fpratio import cycles_per_fp_lane, fp_lanes, stack_accesses_per_fp_lane, tir_fp_lanes
 from drytune.costmodel.listsched import ListScheduler
 from drytune.costmodel.looptree import LoopTree
 
@@ -45,6 +45,18 @@ def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
         rates.append(cycles_per_fp_lane(prog, counts, sched))
         assert rates[-1] == pytest.approx(sched.block_cycles(inner.instructions, True) / 32)
     assert rates[0] == rates[1]  # outer trip 10 or an assumed 1: the same rate
+
+
+def test_spills_are_stack_accesses_per_fp_lane_in_the_fp_code():
+    """The inner loop reads one spilled broadcast per FMA from the stack (2 per 32 lanes) and %rbp is a data
+    pointer (no frame), so only the %rsp operands count; the spill store outside any FP unit does not."""
+    spilled = LOOPS_X86.replace("(%rdx,%rcx){1to16}", "-64(%rsp)").replace("64(%rdx,%rcx){1to16}", "-128(%rsp)")
+    spilled = spilled.replace("vmovups 256(%rsi,%rcx), %zmm1", "vmovups 256(%rbp,%rcx), %zmm1")
+    spilled = spilled.replace("    movq    $-256, %rcx\n", "    movq    $-256, %rcx\n    vmovups %zmm3, -64(%rsp)\n")
+    for text, expected in ((LOOPS_X86, 0.0), (spilled, 2 / 32)):
+        prog = asm.parse_asm(text, "x86")
+        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+        assert stack_accesses_per_fp_lane(prog, counts) == pytest.approx(expected)
 
 
 def test_no_fp_code_gives_no_rate():
