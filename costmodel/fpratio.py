@@ -34,32 +34,35 @@ def fp_lanes(instructions: Iterable) -> float:
     return total
 
 
-def _fp_units(program: AsmProgram, counts: InstructionCounts) -> Iterator[tuple[list[Sequence], bool, int]]:
-    """(blocks' instructions, whole single-block loop body, executions) of each unit doing FP work: every
-    innermost loop as a whole, and every straight-line block outside one."""
+def _fp_units(program: AsmProgram, counts: InstructionCounts
+              ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
+    """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
+    doing FP work: every innermost loop as a whole, and every straight-line block outside one."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
+        units: list[tuple[list[Sequence], bool, int]] = []
         for lp in f.loops:
             if lp.children:
                 continue
             blocks = sorted(lp.blocks)
             in_leaf_loop.update(blocks)
-            yield ([f.blocks[b].instructions for b in blocks], len(blocks) == 1,
-                   executions.get((f.name, f.blocks[f.block_index(lp.header)].start), 0))
-        for k, b in enumerate(f.blocks):
-            if k not in in_leaf_loop:
-                yield [b.instructions], False, executions.get((f.name, b.start), 0)
+            units.append(([f.blocks[b].instructions for b in blocks], len(blocks) == 1,
+                          executions.get((f.name, f.blocks[f.block_index(lp.header)].start), 0)))
+        units += [([b.instructions], False, executions.get((f.name, b.start), 0))
+                  for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
+        for blocks, single, n in units:
+            lanes = sum(fp_lanes(insts) for insts in blocks)
+            if lanes > 0:
+                yield blocks, single, n, lanes
 
 
 def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler) -> float | None:
     """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code)."""
     cycles = lanes = 0.0
-    for blocks, single, n in _fp_units(program, counts):
-        unit_lanes = sum(fp_lanes(insts) for insts in blocks)
-        if unit_lanes > 0:
-            cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
-            lanes += unit_lanes * n
+    for blocks, single, n, unit_lanes in _fp_units(program, counts):
+        cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
+        lanes += unit_lanes * n
     return cycles / lanes if lanes > 0 else None
 
 
@@ -67,12 +70,10 @@ def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts) -
     """Execution-weighted loads and stores through the stack pointer per FP lane operation in the FP units:
     register spills and reloads of the code that does the arithmetic (0 without FP code)."""
     stack = lanes = 0.0
-    for blocks, _, n in _fp_units(program, counts):
-        unit_lanes = sum(fp_lanes(insts) for insts in blocks)
-        if unit_lanes > 0:
-            stack += n * sum(1 for insts in blocks for i in insts
-                             if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
-            lanes += unit_lanes * n
+    for blocks, _, n, unit_lanes in _fp_units(program, counts):
+        stack += n * sum(1 for insts in blocks for i in insts
+                         if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
+        lanes += unit_lanes * n
     return stack / lanes if lanes > 0 else 0.0
 
 
