@@ -168,7 +168,8 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     for op in ops:
         if op not in by_op or len(by_op[op]) < 20:
             continue
-        data = by_op[op]
+        searched = [(r, e) for r, e in by_op[op] if r.source != "random"]
+        data = [(r, e) for r, e in by_op[op] if r.source == "random"]  # the fidelity metrics: random samples
         meas = np.array([r.seconds for r, _ in data])
         spreads = np.array([(max(r.times) - min(r.times)) / r.seconds for r, _ in data if len(r.times) > 1])
         others = [(r, e) for o, d in by_op.items() if o != op for r, e in d]
@@ -177,6 +178,13 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=[r.op for r, _ in others], init=default)
         F = np.array([e["values"] for _, e in data])
         pred = F @ coef
+        if len(searched) >= 8:  # how the held-out model ranks a search's best predictions, once measured
+            Fs = np.array([e["values"] for _, e in searched])
+            searched_row = {"n": len(searched), "loo": metrics(Fs @ coef, np.array([r.seconds for r, _ in searched])),
+                            "best_random_s": float(meas.min()),
+                            "best_searched_s": float(min(r.seconds for r, _ in searched))}
+        else:
+            searched_row = None
         row = {"op": op, "n": len(data), "noise_median_spread": float(np.median(spreads)) if len(spreads) else None,
                "static_loo": metrics(pred, meas), "static_default": metrics(F @ default, meas),
                "static_calibrated_in_sample": metrics(F @ calibrated, meas) if calibrated is not None else None,
@@ -184,7 +192,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
                "flops": metrics(np.array([e["tir_flops"] for _, e in data]), meas),
                "full_s_median": float(np.median([e["full_s"] for _, e in data])),
                "pre_s_median": float(np.median([e["pre_s"] for _, e in data])),
-               "coef_loo": dict(zip(FEATURE_NAMES, coef.tolist(), strict=True))}
+               "coef_loo": dict(zip(FEATURE_NAMES, coef.tolist(), strict=True)), "searched": searched_row}
         if with_xgb:
             try:
                 row["xgb"] = {str(k): v for k, v in xgb_metrics(op, [r for r, _ in data]).items()}
@@ -209,7 +217,9 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
     threads = dt.threads.default_runtime_threads()
     origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/costmodel_fidelity.py --fit-out with "
               f"drytune.costmodel.calibrate.fit_log_ranking (non-negative, log latency with each operator's mean "
-              f"removed, soft-L1 loss, scale from the median ratio) to the {len(secs)} measured random candidates of "
+              f"removed, soft-L1 loss, scale from the median ratio) to the {len(secs)} measured candidates "
+              f"({sum(r.source != 'random' for r, _ in pairs)} of them a search's best predictions, the rest random)"
+              f" of "
               f"{len(by_op)} suite operators in benchmarks/results/{os.path.basename(data_path)} ({spec.name}, "
               f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
@@ -254,6 +264,16 @@ def write_report(table: list[dict], results_dir: str, suffix: str = "") -> None:
         m = {k: np.median([t[key][k] for t in table]) for k in ("spearman", "pairwise", "top1", "top10")}
         lines.append(f"\nMedians with {name}: Spearman {m['spearman']:.2f}, pairwise {m['pairwise']:.2f}, "
                      f"top-1 {m['top1']:.2f}, top-10 {m['top10']:.2f}.")
+    searched = [t for t in table if t.get("searched")]
+    if searched:
+        lines += ["", "A search's best predictions, measured (rows of source \"search\", not in the metrics above), "
+                  "ranked by the same held-out coefficients; best measured time among them vs among the random "
+                  "samples:", "", "| op | n | Spearman | top-1 | best searched (ms) | best random (ms) |",
+                  "|---|---|---|---|---|---|"]
+        for t in searched:
+            sr = t["searched"]
+            lines.append(f"| {t['op']} | {sr['n']} | {sr['loo']['spearman']:.2f} | {sr['loo']['top1']:.2f} | "
+                         f"{sr['best_searched_s'] * 1e3:.3g} | {sr['best_random_s'] * 1e3:.3g} |")
     full = np.median([t["full_s_median"] for t in table])
     pre = np.median([t["pre_s_median"] for t in table])
     lines += ["", f"Scoring speed (one process): full score {1 / full:.1f} candidates/s, pre-score {1 / pre:.0f} "

@@ -31,6 +31,7 @@ class MeasuredRow:
     seconds: float
     times: tuple[float, ...]
     error: str | None = None
+    source: str = "random"  # "random": a uniform sample of the space; "search": a search's best predictions
 
     def candidate(self, space: SearchSpace) -> Candidate:
         sketch = space.sketch(self.sketch)
@@ -54,7 +55,7 @@ def read_rows(path: str) -> list[MeasuredRow]:
             try:
                 d = json.loads(line)
                 rows.append(MeasuredRow(d["op"], d["target"], d["sketch"], d["decisions"], float(d["seconds"]),
-                                        tuple(d["times"]), d.get("error")))
+                                        tuple(d["times"]), d.get("error"), d.get("source", "random")))
             except (json.JSONDecodeError, KeyError) as err:
                 log.warning("%s:%d skipped (%s)", path, lineno, err)
     return rows
@@ -68,15 +69,26 @@ def _append(path: str, row: MeasuredRow) -> None:
 def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
             flush_cache: bool = False) -> Iterator[MeasuredRow]:
     """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes."""
+    return measure_candidates(SearchSpace(task).sample(n, seed=seed), path, repeat=repeat, timeout_s=timeout_s,
+                              flush_cache=flush_cache)
+
+
+def _decisions_json(cand: Candidate) -> str:
+    return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in cand.decisions.items()}, sort_keys=True)
+
+
+def measure_candidates(cands: list[Candidate], path: str, *, source: str = "random", repeat: int = 3,
+                       timeout_s: float = 30.0, flush_cache: bool = False) -> Iterator[MeasuredRow]:
+    """Measure the candidates (of one task) not yet in `path`, appending a row for each as it goes."""
     from ..measure import MeasureWorker, measure_modules
 
-    space = SearchSpace(task)
+    if not cands:
+        return
+    task = cands[0].task
     done = {(r.sketch, json.dumps(r.decisions, sort_keys=True)) for r in read_rows(path) if r.op == task.name}
-    cands = space.sample(n, seed=seed)
     with MeasureWorker() as worker:
         for cand in cands:
-            key = (cand.sketch.name, json.dumps({k: list(v) if isinstance(v, tuple) else v
-                                                  for k, v in cand.decisions.items()}, sort_keys=True))
+            key = (cand.sketch.name, _decisions_json(cand))
             if key in done:
                 continue
             done.add(key)
@@ -84,11 +96,11 @@ def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, ti
                 mod = cand.to_mod()
             except Exception as err:  # noqa: BLE001 - recorded as a failed row
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
-                                  float("inf"), (), f"replay: {err}")
+                                  float("inf"), (), f"replay: {err}", source)
             else:
                 res = measure_modules([mod], task.target, number=1, repeat=repeat, min_repeat_ms=0,
                                       timeout_s=timeout_s, flush_cache=flush_cache, worker=worker)[0]
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
-                                  res.seconds, tuple(res.times), res.error)
+                                  res.seconds, tuple(res.times), res.error, source)
             _append(path, row)
             yield row

@@ -10,6 +10,7 @@ class EvolutionConfig:
     """Ansor-style evolutionary search: parents from the best scored candidates, children by mutation/crossover."""
 
     population: int = 64  # parent pool: the best scored candidates so far
+    per_sketch: int = 4  # plus the best few of every sketch, so one sketch's lead cannot crowd out the others
     eps_greedy: float = 0.05  # share of children that are fresh random samples
     mutation_prob: float = 0.85  # share of the other children made by mutation; the rest by crossover
     repeat_mutation_prob: float = 0.3  # after each mutation, another one with this probability

@@ -1,7 +1,8 @@
 """`EvolutionarySearch`: Ansor's evolutionary search over candidates, scored by the cost model directly.
 
-Parents are the best scored candidates, drawn by roulette on normalised throughput; children come from
-mutation (MetaSchedule's weights) or per-block crossover, with an eps-greedy share of fresh random samples.
+Parents are the best scored candidates plus the best few of every sketch (so one sketch's early lead cannot
+take the whole population), drawn by roulette on normalised throughput; children come from mutation
+(MetaSchedule's weights) or per-block crossover, with an eps-greedy share of fresh random samples.
 The first round, with nothing scored yet, is the initial random population.
 """
 
@@ -28,8 +29,18 @@ class EvolutionarySearch(SearchStrategy):
         self.config = config or EvolutionConfig()
         self.made = {"random": 0, "mutation": 0, "crossover": 0}
 
-    def propose(self, n: int) -> list[Candidate]:
+    def parents(self) -> list[tuple[Candidate, float]]:
+        """The best scored candidates, and the best `per_sketch` of each sketch not among them."""
         parents = self.archive.top(self.config.population)
+        if self.config.per_sketch > 0:
+            have = {c.key for c, _ in parents}
+            for sketch in self.space.sketches:
+                parents += [(c, s) for c, s in self.archive.top(self.config.per_sketch, sketch=sketch.name)
+                            if c.key not in have]
+        return parents
+
+    def propose(self, n: int) -> list[Candidate]:
+        parents = self.parents()
         if len(parents) < 2:
             out = self.random_unseen(n)
             self.made["random"] += len(out)

@@ -19,9 +19,11 @@ from drytune.annotate.sample import sample_decisions
 from drytune.costmodel.model import StaticCostModel
 from drytune.records import RECORD_FILE, RecordStore, candidate_from_trace
 from drytune.search import LocalScorer, TaskTuner, tune
-from drytune.search.config import TuneConfig
+from drytune.search.config import EvolutionConfig, TuneConfig
 from drytune.search.crossover import crossover, hole_blocks
+from drytune.search.evolutionary import EvolutionarySearch
 from drytune.search.ray_scorer import RayScorer
+from drytune.search.strategy import Archive
 from drytune.search.tune import heal_records
 from drytune.verify import check_candidate, random_inputs, run_module
 
@@ -103,6 +105,28 @@ def test_strategy_improves_on_initial_random_population(fixed_gemm: dt.Task, str
     assert bests == sorted(bests, reverse=True)
     assert tuner.archive.best_seconds < initial_best, (strategy, tuner.curve)
     assert tuner.archive.best_seconds < random_search_best, "no better than random search with the same budget"
+
+
+def test_every_sketch_keeps_parents_when_one_sketch_leads(fixed_gemm: dt.Task) -> None:
+    space = dt.SearchSpace(fixed_gemm)
+    rng = np.random.default_rng(0)
+    archive = Archive()
+    leader, *others = space.sketches
+    for i in range(80):  # the leader's candidates are all better than any other sketch's
+        archive.record(Candidate(fixed_gemm, leader, sample_decisions(leader, rng)), 1.0 + i * 1e-3)
+    for sketch in others:
+        for i in range(6):
+            archive.record(Candidate(fixed_gemm, sketch, sample_decisions(sketch, rng)), 5.0 + i)
+    search = EvolutionarySearch(space, archive, rng, EvolutionConfig(population=64, per_sketch=4, eps_greedy=0.0))
+    by_sketch = collections.Counter(c.sketch.name for c, _ in search.parents())
+    assert by_sketch[leader.name] == 64
+    assert all(by_sketch[s.name] == 4 for s in others), by_sketch
+    assert {s for _, s in search.parents() if s >= 5.0} == {5.0, 6.0, 7.0, 8.0}  # each sketch's best four
+    # no random children: every child descends from a parent, so other sketches breed only through per_sketch
+    assert any(c.sketch.name != leader.name for c in search.propose(200))
+    plain = EvolutionarySearch(space, archive, rng, EvolutionConfig(population=64, per_sketch=0, eps_greedy=0.0))
+    assert {c.sketch.name for c, _ in plain.parents()} == {leader.name}
+    assert {c.sketch.name for c in plain.propose(200)} == {leader.name}
 
 
 # ------------------------------------------------------------------------------------------------------- Ray
