@@ -106,7 +106,7 @@ class CPUFeatureExtractor:
 
     def __init__(self, target: tvm.target.Target, spec: HardwareSpec, kernel: KernelConfig | None = None):
         self.target = target
-        self.kernel = kernel or KernelConfig()
+        self.kernel = kernel or KernelConfig.for_spec(spec)
         self.spec = spec
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))

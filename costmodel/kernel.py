@@ -45,6 +45,13 @@ class KernelConfig:
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
 
+    @classmethod
+    def for_spec(cls, spec: HardwareSpec) -> KernelConfig:
+        """The defaults with the core's FMA pipes and vector registers (x86 has 16 below AVX-512), two of them
+        kept for the operands of the FMAs."""
+        vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
+        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2)
+
 
 @dataclass
 class KernelEstimate:

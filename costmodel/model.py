@@ -89,7 +89,7 @@ def prescore_cycles(tree: LoopTree, spec: HardwareSpec, kernel: KernelConfig | N
     costs from the vector lanes, unrolling, accumulator chains and loads of each statement. It does not
     depend on the coefficients file, so a calibration never changes which candidates it filters out.
     """
-    kernel = kernel or KernelConfig()
+    kernel = kernel or KernelConfig.for_spec(spec)
     _, launches = parallel_speedup(tree, spec.cores)
     return kernel_cycles(tree, spec, kernel).cycles + kernel.launch_cycles * launches
 

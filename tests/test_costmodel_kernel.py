@@ -100,6 +100,27 @@ def test_register_tile_hides_fma_latency():
     assert slow > 3 * cycles
 
 
+def test_accumulators_beyond_the_vector_registers_go_through_memory():
+    """A 16 x 8 tile (16 accumulators) under k fits AVX-512's 32 registers, not AVX2's 16."""
+    sch = _matmul(M=16, N=64)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    j0, j1 = sch.split(j, [None, 8])
+    sch.reorder(j0, k, i, j1)
+    sch.unroll(i)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k)
+    leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "C_update")
+    avx2 = dt.spec_for("x86-avx2")
+    assert KernelConfig.for_spec(SPEC).registers == 30 and KernelConfig.for_spec(avx2).registers == 14
+    for spec, in_registers in ((SPEC, True), (avx2, False)):
+        det: dict = {}
+        statement_cycles(leaf, path, spec, KernelConfig.for_spec(spec), det)
+        assert det["accumulators"] == 16
+        assert (det["stores"] == 0) == in_registers, (spec.name, det)
+        assert det["loads"] == 16 + 1 + (0 if in_registers else 16 + 2)  # broadcasts, B, accumulators, spills
+
+
 def test_strided_and_gathered_vector_accesses():
     n = 64
     X = te.placeholder((4 * n,), "float32", name="X")
