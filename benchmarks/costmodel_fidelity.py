@@ -49,6 +49,7 @@ def run_collect(ops: list[str], samples: int, path: str) -> None:
 
 
 def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) -> None:
+    """Tune each operator for `seconds` with the shipped model, then measure its `top` best predictions."""
     for name in ops:
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
         t0 = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -12,6 +13,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.calibrate import calibrate, fit_coefficients, fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
+from drytune.costmodel.dataset import measure_candidates, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel
 
 
@@ -98,6 +100,23 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     assert all(v >= 0 for v in loaded.values.values())
     model = StaticCostModel(tasks[0].target, coefficients=str(out))
     assert np.all(np.isfinite(model.predict(tasks[0], dt.SearchSpace(tasks[0]).sample(2, seed=3))))
+
+
+def test_measured_rows_keep_their_source_and_are_not_measured_twice(tmp_path) -> None:
+    task = _task("softmax")
+    path = str(tmp_path / "data.jsonl")
+    cands = dt.SearchSpace(task).sample(3, seed=4)
+    rows = list(measure_candidates(cands[:2], path, source="search", repeat=1))
+    assert len(rows) == 2 and all(r.ok and r.source == "search" for r in rows)
+    with open(path) as f:  # a row written before rows had a source
+        old = json.loads(f.readline())
+    del old["source"]
+    with open(path, "a") as f:
+        f.write(json.dumps(old | {"decisions": {**old["decisions"], "legacy": 1}}) + "\n")
+    again = list(measure_candidates(cands, path, repeat=1))  # the first two are in the file already
+    assert len(again) == 1 and again[0].source == "random"
+    assert again[0].decisions not in [r.decisions for r in rows]
+    assert [r.source for r in read_rows(path)] == ["search", "search", "random", "random"]
 
 
 def test_coefficients_are_chosen_by_cpu_model_then_architecture() -> None:
