@@ -29,6 +29,7 @@ class HardwareSpec:
     vector_bits: int = 128
     freq_ghz: float = 2.5
     fma_units: int = 2  # vector FMA pipes per core
+    datapath_bits: int = 0  # width of the FP and load pipes; 0: vector_bits (narrower: wide ops take several slots)
     issue_width: int = 4  # instructions issued per cycle (list scheduler)
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
@@ -58,14 +59,24 @@ class HardwareSpec:
         """Number of elements of `dtype_bits` in one SIMD register."""
         return max(1, self.vector_bits // dtype_bits)
 
+    @property
+    def pump(self) -> int:
+        """Pipe slots one full-width vector operation takes (2 where 512-bit ops run on 256-bit pipes)."""
+        return max(1, self.vector_bits // self.datapath_bits) if self.datapath_bits else 1
+
     def peak_flops(self) -> float:
         """Theoretical fp32 FMA peak of the whole machine (flop/s) from the spec alone."""
         if self.is_gpu:
             return 2.0 * 128 * self.sm_count * self.freq_ghz * 1e9
-        return 2.0 * self.vector_lanes(32) * self.fma_units * self.cores * self.freq_ghz * 1e9
+        return 2.0 * self.vector_lanes(32) * self.fma_units * self.cores * self.freq_ghz * 1e9 / self.pump
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# CPUs whose FP and load pipes are narrower than their widest vectors, by LLVM CPU name: Zen 4 runs each
+# 512-bit operation on its 256-bit pipes for two cycles (AMD's Zen 4 software optimization guide, 57647).
+_DATAPATH_BITS = {"znver4": 256}
 
 
 def _cpu_cores() -> int:
@@ -109,6 +120,7 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         base,
         cores=cores,
         name=f"host-{cpu}",
+        datapath_bits=_DATAPATH_BITS.get(cpu, 0),
         l1_bytes=_cache_value(1, base.l1_bytes),
         l2_bytes=_cache_value(2, base.l2_bytes),
         l3_bytes=_cache_value(3, base.l3_bytes),
@@ -180,7 +192,7 @@ def _spec_from_target(target: Target) -> HardwareSpec:
         return _host_spec()[1]
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
-    return dataclasses.replace(base, cores=cores)
+    return dataclasses.replace(base, cores=cores, datapath_bits=_DATAPATH_BITS.get(str(attrs.get("mcpu", "")), 0))
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:
