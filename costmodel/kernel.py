@@ -48,13 +48,10 @@ class KernelConfig:
     @classmethod
     def for_spec(cls, spec: HardwareSpec) -> KernelConfig:
         """The defaults with the core's FMA pipes and vector registers (x86 has 16 below AVX-512), two of them
-        kept for the operands of the FMAs. Where full-width vectors take two slots of narrower pipes (Zen 4's
-        AVX-512), the FP, load and store pipes count as half as many."""
+        kept for the operands of the FMAs. Pipes count full-width vectors even where they are double pumped
+        (`HardwareSpec.pump`, Zen 4): halving them ranked no better on the Zen 4 data (README)."""
         vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
-        pump = float(spec.pump)
-        base = cls()
-        return cls(fp_pipes=spec.fma_units / pump, load_ports=base.load_ports / pump,
-                   store_ports=base.store_ports / pump, registers=vector_regs - 2)
+        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2)
 
 
 @dataclass

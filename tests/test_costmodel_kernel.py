@@ -161,27 +161,13 @@ def test_parallel_loop_divides_by_balanced_speedup():
     assert three.cycles == pytest.approx(serial.cycles / 3)  # 6 on 4 cores: 2 rounds, speed-up 3
 
 
-def test_double_pumped_vectors_take_two_pipe_slots():
-    """Zen 4 runs a 512-bit FMA or load on 256-bit pipes for two cycles: half the FP and load throughput of
-    a core with full-width pipes, the same number of registers, and half the spec's peak."""
-    sch = _matmul(M=16, N=64)
-    C = sch.get_sblock("C")
-    i, j, k = sch.get_loops(C)
-    j0, j1 = sch.split(j, [None, 16])
-    sch.reorder(j0, k, i, j1)
-    sch.unroll(i)
-    sch.vectorize(j1)
-    sch.decompose_reduction(C, k)
-    leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "C_update")
+
+def test_double_pumped_vectors_halve_the_peak_but_not_the_kernel_pipes():
+    """Zen 4 runs a 512-bit FMA on 256-bit pipes for two cycles: the spec says so and halves the peak; the kernel
+    model keeps counting full-width pipes (halving them ranked no better on measured Zen 4 data)."""
     zen4 = dt.spec_for({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    assert zen4.vector_bits == 512 and zen4.datapath_bits == 256 and zen4.pump == 2 and SPEC.pump == 1
-    assert zen4.peak_flops() == pytest.approx(SPEC.peak_flops() / 2)
-    full, half = KernelConfig.for_spec(SPEC), KernelConfig.for_spec(zen4)
-    assert (half.fp_pipes, half.load_ports, half.registers) == (full.fp_pipes / 2, full.load_ports / 2, 30)
-    a: dict = {}
-    b: dict = {}
-    statement_cycles(leaf, path, SPEC, full, a)
-    statement_cycles(leaf, path, zen4, half, b)
-    assert a["fp_ops"] == b["fp_ops"] == 16  # 16 rows x one 16-lane FMA per k step
-    assert b["fp"] == pytest.approx(2 * a["fp"]) and b["load"] == pytest.approx(2 * a["load"])
-    assert b["body_cycles"] > a["body_cycles"]
+    skx = dt.spec_for({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    assert zen4.vector_bits == skx.vector_bits == 512
+    assert (zen4.datapath_bits, zen4.pump, skx.pump) == (256, 2, 1)
+    assert zen4.peak_flops() == pytest.approx(skx.peak_flops() / 2)
+    assert KernelConfig.for_spec(zen4) == KernelConfig.for_spec(skx)
