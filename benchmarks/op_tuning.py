@@ -125,14 +125,44 @@ def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[obje
     return mod, len(records), wall
 
 
-def interleaved(mods: dict[str, object], target, rounds: int = 5) -> dict[str, list[float]]:
-    """Median seconds of each module in each round; modules alternate within a round."""
-    times: dict[str, list[float]] = {k: [] for k in mods}
+def torch_matmul_timer(op: str):
+    """For a plain matmul of the suite (A[M, K] x B[K, N]), a function timing torch.matmul (oneDNN/MKL, the vendor
+    library a user would keep) on this process's threads: median of 3 repeats of >= 50 ms; else None."""
+    w = workloads.get(op)
+    if w.build.func is not workloads.gemm:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    kw = w.params
+    torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1))  # as TVM's runtime
+    a, b = torch.randn(kw["M"], kw["K"]), torch.randn(kw["K"], kw["N"])
+
+    def timed() -> float:
+        torch.matmul(a, b)
+        runs = []
+        for _ in range(3):
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 0.05:
+                torch.matmul(a, b)
+                n += 1
+            runs.append((time.perf_counter() - t0) / n)
+        return statistics.median(runs)
+
+    return timed
+
+
+def interleaved(mods: dict[str, object], target, rounds: int = 5, extra: dict | None = None) -> dict[str, list[float]]:
+    """Median seconds of each module (and of each `extra` timing function) in each round, alternating in a round."""
+    times: dict[str, list[float]] = {k: [] for k in [*mods, *(extra or {})]}
     with MeasureWorker() as worker:
         for _ in range(rounds):
             for name, mod in mods.items():
                 res = measure_modules([mod], target, number=3, repeat=3, min_repeat_ms=50, worker=worker)[0]
                 times[name].append(res.seconds)
+            for name, timed in (extra or {}).items():
+                times[name].append(timed())
     return times
 
 
@@ -183,14 +213,20 @@ def main() -> int:
             info["metaschedule"] = {"wall_s": ms_wall, "trials": ms_trials}
             if ms_mod is not None:
                 mods["metaschedule"] = ms_mod
-            times = interleaved(mods, task.target)
+            timer = torch_matmul_timer(op)
+            times = interleaved(mods, task.target, extra={"torch": timer} if timer else None)
             row = {"op": op, "budget_s": budget, "flops": task.flops, "info": info,
                    "median_s": {k: statistics.median(v) for k, v in times.items()}}
             if "metaschedule" in times:
                 for k in times:
-                    if k != "metaschedule":
+                    if k not in ("metaschedule", "torch"):
                         ratios = [m / d for m, d in zip(times["metaschedule"], times[k], strict=True)]
                         row[f"speedup_vs_ms[{k}]"] = statistics.median(ratios)
+            if "torch" in times:
+                for k in times:
+                    if k not in ("metaschedule", "torch"):
+                        ratios = [t / d for t, d in zip(times["torch"], times[k], strict=True)]
+                        row[f"speedup_vs_torch[{k}]"] = statistics.median(ratios)
             row["gflops"] = {k: task.flops / v / 1e9 for k, v in row["median_s"].items()}
             row["fraction_of_peak"] = {k: g / report["fma_peak_gflops"] for k, g in row["gflops"].items()}
             report["rows"].append(row)
