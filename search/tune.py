@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..annotate.candidate import Candidate
 from ..records import RECORD_FILE, WORKLOAD_FILE, RecordStore
+from ..space import SearchSpace
 from ..task import Task
 from .config import TuneConfig
 from .scorer import CostModelSpec, Scorer, make_scorer
@@ -82,6 +83,7 @@ def tune(
     progress: bool = True,
     scorer: Scorer | None = None,
     config: TuneConfig | None = None,
+    space: SearchSpace | None = None,
 ) -> TuneResult:
     """Tune `task` for `trials` scored candidates and/or `seconds` (default: `TuneConfig.default_trials`).
 
@@ -92,6 +94,7 @@ def tune(
     proposing a recorded candidate again (the budget counts this run's candidates). With `verify_top_k`, the
     k best predictions are measured on this CPU and the fastest wins. The returned best is checked against
     the unscheduled program (or built, for targets that do not run here); if it fails, the next best is.
+    `space` replaces the default `SearchSpace(task)` (other rules or `SpaceConfig`).
     """
     from tqdm import tqdm
 
@@ -106,7 +109,7 @@ def tune(
         heal_records(work_dir)
     store = RecordStore(work_dir) if work_dir is not None else None
     try:
-        tuner = TaskTuner(task, scorer, strategy=strategy, store=store, seed=seed, config=config)
+        tuner = TaskTuner(task, scorer, strategy=strategy, store=store, seed=seed, config=config, space=space)
         tuner.start = start
         in_rounds = 0.0  # seconds spent in rounds: their rate sizes the last round of a time budget
         total = trials if trials is not None else math.ceil(seconds)
