@@ -14,7 +14,8 @@ On another machine, `--tag NAME` keeps its measurements, features and report in 
 
 `--collect-searched` adds, per operator, the best predictions of a short tuning run with the current model
 (source "search"): the region a search drives to, where a model fitted on random samples alone errs most.
-Fits use every row; the fidelity metrics stay those of the random rows.
+Fits use the random rows only (searched rows in the fits ranked held-out operators worse); the searched rows
+are reported apart: how the held-out model ranks them.
 
     python benchmarks/costmodel_fidelity.py --collect-searched --search-seconds 90 --top 24
 """
