@@ -46,9 +46,13 @@ class PortfolioConfig:
 class ScorerConfig:
     """Parallel scoring on Ray actors: batch size, batches in flight, time limits and restarts."""
 
-    batch_size: int = 4
+    batch_size: int = 2  # small: a batch that hangs is only found out after timeout x its size
     in_flight_per_worker: int = 2
-    timeout_s_per_candidate: float = 60.0  # a batch that runs longer than this times its size is a hang
+    # a batch that runs longer than this times its size is a hang: its actor is replaced and the batch retried one
+    # candidate at a time. Full scores on Zen 4: median 0.21 s, p99 4.9 s, slowest 11.4 s of 1152 random candidates;
+    # at 60 s (batches of 4), two batch_matmul candidates LLVM could not build in a minute made a 90 s search take
+    # 363 s; 122 s with these limits (benchmarks/results/scorer_timeout_znver4.json)
+    timeout_s_per_candidate: float = 15.0
     startup_timeout_s: float = 180.0  # for a new actor to import TVM and build its cost model
     max_failed_starts: int = 3  # consecutive actor start failures before giving up
 

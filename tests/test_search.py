@@ -19,7 +19,7 @@ from drytune.annotate.sample import sample_decisions
 from drytune.costmodel.model import StaticCostModel
 from drytune.records import RECORD_FILE, RecordStore, candidate_from_trace
 from drytune.search import LocalScorer, TaskTuner, tune
-from drytune.search.config import EvolutionConfig, TuneConfig
+from drytune.search.config import EvolutionConfig, ScorerConfig, TuneConfig
 from drytune.search.crossover import crossover, hole_blocks
 from drytune.search.evolutionary import EvolutionarySearch
 from drytune.search.ray_scorer import RayScorer
@@ -183,6 +183,34 @@ def test_crashing_candidate_is_invalid_and_search_goes_on(gemm: dt.Task, tmp_pat
     space = dt.SearchSpace(gemm)
     recorded = [candidate_from_trace(gemm, space.sketches, r.trace) for r in RecordStore(work).records(gemm)]
     assert len(recorded) == 15 and poison not in {repr(c.key) for c in recorded}
+
+
+def _hanging_model(marker: str):
+    """A factory of the static model that hangs (sleeps far past any time limit) on one poisoned candidate."""
+
+    class HangOnPoison(StaticCostModel):
+        def predict(self, task, candidates):
+            if any(_claim_poison(marker, c) for c in candidates):
+                time.sleep(600)
+            return super().predict(task, candidates)
+
+    return lambda target: HangOnPoison(target)
+
+
+def test_hanging_candidate_times_out_alone_and_its_actor_is_replaced(gemm: dt.Task, tmp_path) -> None:
+    marker = str(tmp_path / "poison")
+    cands = dt.SearchSpace(gemm).sample(6, seed=9)
+    config = ScorerConfig(batch_size=2, timeout_s_per_candidate=4.0)
+    with RayScorer(_hanging_model(marker), num_workers=2, config=config) as scorer:
+        scores = scorer.score(gemm, cands)
+        replaced = scorer.replaced
+    with open(marker) as f:
+        poison = f.read()
+    bad = [i for i, c in enumerate(cands) if repr(c.key) == poison]
+    assert len(bad) == 1
+    assert not np.isfinite(scores.seconds[bad[0]]) and scores.reasons[bad[0]] == "timeout after 4 s"
+    assert np.isfinite(np.delete(scores.seconds, bad)).all()
+    assert replaced == 2  # the actor of the batch (8 s limit), then the one that ran the candidate alone (4 s)
 
 
 # --------------------------------------------------------------------------------------------------- resume
