@@ -217,16 +217,14 @@ def main() -> int:
             times = interleaved(mods, task.target, extra={"torch": timer} if timer else None)
             row = {"op": op, "budget_s": budget, "flops": task.flops, "info": info,
                    "median_s": {k: statistics.median(v) for k, v in times.items()}}
-            if "metaschedule" in times:
+            references = {"metaschedule": "ms", "torch": "torch"}
+            for ref, label in references.items():
+                if ref not in times:
+                    continue
                 for k in times:
-                    if k not in ("metaschedule", "torch"):
-                        ratios = [m / d for m, d in zip(times["metaschedule"], times[k], strict=True)]
-                        row[f"speedup_vs_ms[{k}]"] = statistics.median(ratios)
-            if "torch" in times:
-                for k in times:
-                    if k not in ("metaschedule", "torch"):
-                        ratios = [t / d for t, d in zip(times["torch"], times[k], strict=True)]
-                        row[f"speedup_vs_torch[{k}]"] = statistics.median(ratios)
+                    if k not in references:
+                        ratios = [r / d for r, d in zip(times[ref], times[k], strict=True)]
+                        row[f"speedup_vs_{label}[{k}]"] = statistics.median(ratios)
             row["gflops"] = {k: task.flops / v / 1e9 for k, v in row["median_s"].items()}
             row["fraction_of_peak"] = {k: g / report["fma_peak_gflops"] for k, g in row["gflops"].items()}
             report["rows"].append(row)

@@ -161,7 +161,6 @@ def test_parallel_loop_divides_by_balanced_speedup():
     assert three.cycles == pytest.approx(serial.cycles / 3)  # 6 on 4 cores: 2 rounds, speed-up 3
 
 
-
 def test_double_pumped_vectors_halve_the_peak_but_not_the_kernel_pipes():
     """Zen 4 runs a 512-bit FMA on 256-bit pipes for two cycles: the spec says so and halves the peak; the kernel
     model keeps counting full-width pipes (halving them ranked no better on measured Zen 4 data)."""
