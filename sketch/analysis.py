@@ -13,14 +13,32 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from .unchecked import raw_schedule
+
 SPATIAL = 0
 REDUCE = 2
 
 
+_INDEX_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)
+_get_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+
+
 def _vars_in(expr: object) -> set[str]:
     names: set[str] = set()
-    tvm_ffi.structural_walk(expr, [(tirx.Var, lambda v: names.add(v.name))], order="pre")
+    _collect_vars(expr, names)
     return names
+
+
+def _collect_vars(expr: object, names: set[str]) -> None:
+    # Block bindings are sums and products of loop variables; walking those directly is several times
+    # cheaper than a generic structural walk, which remains the fallback.
+    if isinstance(expr, tirx.Var):
+        names.add(expr.name)
+    elif isinstance(expr, _INDEX_ARITH):
+        _collect_vars(expr.a, names)
+        _collect_vars(expr.b, names)
+    elif not isinstance(expr, tirx.IntImm):
+        tvm_ffi.structural_walk(expr, [(tirx.Var, lambda v: names.add(v.name))], order="pre")
 
 
 def _product(values: list[int]) -> int:
@@ -187,19 +205,9 @@ def _calls_any(body: object, *names: str) -> bool:
 
 def _bindings(sch: s_tir.Schedule, name: str) -> list[tuple[str, int, set[str]]]:
     """(iterator, iterator type, loop variables in its binding) for each iterator of block `name`."""
-    rv = sch.get_sblock(name)
-    loops = sch.get_loops(rv)
-    realize = sch.get_sref(rv).stmt
-    inner = sch.get(loops[-1]) if loops else sch.mod["main"].body
-    out: list[tuple[str, int, set[str]]] = []
-
-    def on_realize(r: s_tir.SBlockRealize) -> None:
-        if r.block.same_as(realize):
-            for iv, val in zip(r.block.iter_vars, r.iter_values, strict=True):
-                out.append((iv.var.name, int(iv.iter_type), _vars_in(val)))
-
-    tvm_ffi.structural_walk(inner, [(s_tir.SBlockRealize, on_realize)], order="pre")
-    return out
+    realize = _get_sblock_realize(raw_schedule(sch), sch.get_sblock(name))
+    return [(iv.var.name, int(iv.iter_type), _vars_in(val))
+            for iv, val in zip(realize.block.iter_vars, realize.iter_values, strict=True)]
 
 
 def iter_var_loops(sch: s_tir.Schedule, name: str) -> dict[str, set[str]]:

@@ -15,6 +15,8 @@ from typing import Any
 
 from tvm import s_tir
 
+from .unchecked import unchecked
+
 Decision = Any  # tuple[int, ...] for tile holes, int (option index) for choice holes
 
 TILE = "tile"
@@ -198,8 +200,9 @@ class Sketch:
         raise KeyError(key)
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> s_tir.Schedule:
+        fast = unchecked(sch)
         for step in self.steps:
-            step.apply(sch, decider)
+            step.apply(fast, decider)
         return sch
 
     def space_size(self) -> float:

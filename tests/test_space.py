@@ -18,7 +18,9 @@ from drytune.annotate.mutate import mutate
 from drytune.annotate.sample import sample_decisions
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.sketch.rules import SketchRule, Skip, Verdict
+from drytune.sketch.sketch import ReplayDecider
 from drytune.sketch.steps import Inline
+from drytune.sketch.unchecked import UncheckedSchedule
 from drytune.verify import check_candidate, random_inputs, run_module
 
 SMALL = sorted(workloads.SMALL)
@@ -118,6 +120,20 @@ def test_mutations_always_replay() -> None:
             kinds[cand.sketch.hole(changed[0]).kind] += 1
             dt.Candidate(space.task, cand.sketch, new).to_mod()
     assert kinds["tile"] > 0
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda-sm90"])
+def test_replay_without_type_checks_gives_the_checked_program(target: str) -> None:
+    """Sketch.apply skips TVM's Python type checks; stepping a plain Schedule must give the same program."""
+    for name in SMALL:
+        space = dt.SearchSpace(_task(name, target))
+        for cand in space.sample(3, seed=4):
+            checked = s_tir.Schedule(space.task.mod)
+            assert not isinstance(checked, UncheckedSchedule)
+            decider = ReplayDecider(cand.decisions, cand.sketch.holes)
+            for step in cand.sketch.steps:
+                step.apply(checked, decider)
+            tvm.ir.assert_structural_equal(checked.mod, cand.to_mod())
 
 
 def test_records_round_trip_to_same_program(tmp_path) -> None:
