@@ -207,7 +207,7 @@ def main() -> int:
                 res = dt.tune(task, seconds=budget, strategy=strategy, progress=False,
                               work_dir=tempfile.mkdtemp(prefix="dt-"))
                 info[f"drytune-{strategy}"] = {"wall_s": time.perf_counter() - t0, "trials": res.trials,
-                                               "predicted_s": res.predicted}
+                                               "predicted_s": res.predicted, "phase_s": res.phase_seconds}
                 mods[f"drytune-{strategy}"] = res.best.to_mod()
             ms_mod, ms_trials, ms_wall = metaschedule_at_budget(op, budget)
             info["metaschedule"] = {"wall_s": ms_wall, "trials": ms_trials}

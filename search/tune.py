@@ -61,6 +61,7 @@ class TuneResult:
     check: str  # how `best` was checked
     records_path: str | None
     strategy: str
+    phase_seconds: dict[str, float]  # seconds of the rounds spent proposing, prescoring and scoring
 
     def __repr__(self) -> str:
         measured = f", measured={self.measured:.4g}s" if self.measured is not None else ""
@@ -137,5 +138,5 @@ def tune(
         task=task, best=chosen.best, predicted=chosen.predicted, measured=chosen.measured, curve=tuner.curve,
         trials=tuner.trials, resumed=tuner.resumed, invalid=tuner.invalid, measured_top=chosen.measured_top,
         check=chosen.check, records_path=os.path.join(work_dir, RECORD_FILE) if work_dir is not None else None,
-        strategy=tuner.strategy.name,
+        strategy=tuner.strategy.name, phase_seconds=dict(tuner.phase_seconds),
     )

@@ -84,6 +84,7 @@ class TaskTuner:
         self.trials = 0
         self.invalid: list[tuple[Candidate, str]] = []
         self.curve: list[CurvePoint] = []
+        self.phase_seconds = {"propose": 0.0, "prescore": 0.0, "predict": 0.0}  # where the rounds' time went
         self.start = time.perf_counter()
 
     def _resume(self) -> int:
@@ -112,7 +113,10 @@ class TaskTuner:
         if n <= 0:
             return 0
         oversample = self.config.prescore_oversample if self.scorer.prescore_is_cheap(self.task) else 1
+        t0 = time.perf_counter()
         proposals = self.strategy.propose(n * oversample)
+        t1 = time.perf_counter()
+        self.phase_seconds["propose"] += t1 - t0
         if not proposals:
             return 0
         kept = proposals
@@ -120,7 +124,10 @@ class TaskTuner:
             pre = self.scorer.score(self.task, proposals, "prescore").seconds
             keep = set(np.argsort(pre, kind="stable")[:n].tolist())
             kept = [c for i, c in enumerate(proposals) if i in keep]
+        t2 = time.perf_counter()
+        self.phase_seconds["prescore"] += t2 - t1
         scores = self.scorer.score(self.task, kept, "predict")
+        self.phase_seconds["predict"] += time.perf_counter() - t2
         by_key = {}
         for cand, secs, why in zip(kept, scores.seconds, scores.reasons, strict=True):
             secs = float(secs)

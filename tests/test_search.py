@@ -177,6 +177,8 @@ def test_crashing_candidate_is_invalid_and_search_goes_on(gemm: dt.Task, tmp_pat
     with open(marker) as f:
         poison = f.read()
     assert result.trials == 16
+    assert sorted(result.phase_seconds) == ["predict", "prescore", "propose"]
+    assert all(v > 0 for v in result.phase_seconds.values())
     assert [repr(c.key) for c, _ in result.invalid] == [poison]
     assert "worker crashed" in result.invalid[0][1]
     assert np.isfinite(result.predicted) and repr(result.best.key) != poison

@@ -1,0 +1,127 @@
+"""Where the static score's time goes: each stage of the full score and the pre-score, per suite operator,
+timed on the same random candidates in one process (one core).
+
+Stages of the full score: replay the sketch (TVM schedule primitives), lower the TIR and optimise the LLVM IR
+(`tvm.compile`), LLVM's back end to assembly, the assembly analysis (parse, loop mapping, counts), the list
+scheduler, the isl data movement and the TIR kernel model. The replay is also timed through TVM's type-checked
+Python primitives (what it cost before `sketch/unchecked.py`), so the gain is measured in the same run.
+
+    python benchmarks/scoring_speed.py --samples 16 --tag znver4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import tvm
+from tvm import s_tir
+
+import drytune as dt
+from drytune import workloads
+from drytune.costmodel.asm import analyze_asm
+from drytune.costmodel.cpu_features import CPUFeatureExtractor
+from drytune.costmodel.datamove import data_movement
+from drytune.costmodel.kernel import kernel_cycles
+from drytune.costmodel.looptree import LoopTree
+from drytune.costmodel.model import StaticCostModel
+from drytune.sketch.sketch import ReplayDecider
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+STAGES = ("replay_checked", "replay", "loop_tree", "lower_and_llvm_opt", "llvm_backend_asm", "asm_analysis",
+          "list_scheduler", "data_movement", "kernel_model")
+LLVM_STAGES = ("lower_and_llvm_opt", "llvm_backend_asm")
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _checked_replay(cand: dt.Candidate) -> tvm.IRModule:
+    sch = s_tir.Schedule(cand.task.mod)
+    decider = ReplayDecider(cand.decisions, cand.sketch.holes)
+    for step in cand.sketch.steps:
+        step.apply(sch, decider)
+    return sch.mod
+
+
+def stage_times(model: StaticCostModel, ex: CPUFeatureExtractor, cand: dt.Candidate) -> dict[str, float]:
+    """Seconds of each stage for one candidate, then of the whole full score and pre-score as the model runs them."""
+    t: dict[str, float] = {}
+    _, t["replay_checked"] = _timed(lambda: _checked_replay(cand))
+    mod, t["replay"] = _timed(cand.to_mod)
+    tree, t["loop_tree"] = _timed(lambda: LoopTree.from_mod(mod))
+    lib, t["lower_and_llvm_opt"] = _timed(lambda: tvm.compile(mod, target=ex.target))
+    text, t["llvm_backend_asm"] = _timed(lambda: lib.mod.inspect_source("asm"))
+    (_, _, counts), t["asm_analysis"] = _timed(lambda: analyze_asm(text, ex.arch, tree.preorder()))
+    _, t["list_scheduler"] = _timed(lambda: ex.scheduler.program_cycles(counts.blocks))
+    _, t["data_movement"] = _timed(lambda: data_movement(tree, ex.spec, counter=ex.footprints))
+    _, t["kernel_model"] = _timed(lambda: kernel_cycles(tree, ex.spec, ex.kernel))
+    _, t["full_score"] = _timed(lambda: model.predict(cand.task, [cand]))
+    _, t["pre_score"] = _timed(lambda: model.prescore(cand.task, [cand]))
+    return t
+
+
+def op_row(op: str, samples: int, seed: int) -> dict:
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    model = StaticCostModel(task.target)
+    cands = dt.SearchSpace(task).sample(samples + 1, seed=seed)
+    ex = CPUFeatureExtractor(model.target, model.spec)
+    model.predict(task, cands[:1])  # first-call costs (imports, caches of the task) are not per candidate
+    times = [stage_times(model, ex, c) for c in cands[1:]]
+    med = {k: statistics.median(t[k] for t in times) for k in times[0]}
+    row = {"op": op, "candidates": len(times), "median_ms": {k: v * 1e3 for k, v in med.items()},
+           "full_per_s": 1.0 / med["full_score"], "pre_per_s": 1.0 / med["pre_score"],
+           "llvm_share": sum(med[k] for k in LLVM_STAGES) / med["full_score"],
+           "replay_speedup": med["replay_checked"] / med["replay"]}
+    print(f"{op:20s} full {row['full_per_s']:5.1f}/s  pre {row['pre_per_s']:5.0f}/s  "
+          f"LLVM {100 * row['llvm_share']:3.0f}% of the full score  replay x{row['replay_speedup']:.1f}", flush=True)
+    return row
+
+
+def markdown(report: dict) -> str:
+    rows = report["rows"]
+    head = ["op", "full/s", "pre/s", "LLVM share", *[f"{s} ms" for s in STAGES]]
+    lines = [f"# Static scoring speed, one process ({report['cpu']})", "", f"{report['date']}. `{report['command']}`",
+             "", "Medians per operator over random candidates; each stage timed on the same candidate.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ms = r["median_ms"]
+        lines.append(f"| {r['op']} | {r['full_per_s']:.1f} | {r['pre_per_s']:.0f} | {100 * r['llvm_share']:.0f}% | "
+                     + " | ".join(f"{ms[s]:.1f}" for s in STAGES) + " |")
+    s = report["summary"]
+    lines += ["", f"Median over operators: full score {s['full_per_s']:.1f}/s, pre-score {s['pre_per_s']:.0f}/s, "
+              f"LLVM (lowering, IR optimisation, back end) {100 * s['llvm_share']:.0f}% of the full score, "
+              f"replay {s['replay_speedup']:.1f}x faster without TVM's Python type checks."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default=",".join(sorted(workloads.SUITE)))
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default=None, help="suffix of the results files (e.g. the CPU class)")
+    args = ap.parse_args()
+    rows = [op_row(op, args.samples, args.seed) for op in args.ops.split(",")]
+    report = {"date": time.strftime("%Y-%m-%d"), "cpu": tvm.target.codegen.llvm_get_system_cpu(),
+              "command": "python benchmarks/scoring_speed.py " + " ".join(sys.argv[1:]), "rows": rows,
+              "summary": {k: statistics.median(r[k] for r in rows)
+                          for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup")}}
+    out = os.path.join(RESULTS, "scoring_speed" + (f"_{args.tag}" if args.tag else ""))
+    with open(out + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
