@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from ..records import RecordStore
@@ -87,6 +88,14 @@ class NetworkTuner:
     @property
     def trials(self) -> int:
         return sum(s.trials for s in self.states)
+
+    @property
+    def phase_seconds(self) -> dict[str, float]:
+        """This run's round time over all tasks: proposing, prescoring, scoring (the rest is task set-up)."""
+        total: Counter[str] = Counter()
+        for t in self.tuners.values():
+            total.update(t.phase_seconds)
+        return dict(total)
 
     def budget_left(self) -> bool:
         b = self.budget

@@ -126,7 +126,7 @@ def tune_network(
     built = build_checked(fused, tasks, store, tvm_target, reference=reference, inputs=inputs,
                           rtol=config.check_rtol, atol=config.check_atol, preferred=preferred)
     return TunedNetwork(network=network, target=tvm_target, tasks=tasks, skipped=skipped, states=tuner.states,
-                        built=built, work_dir=work_dir)
+                        built=built, work_dir=work_dir, phase_seconds=tuner.phase_seconds)
 
 
 def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str, Record]:

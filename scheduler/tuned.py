@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tvm.target import Target
@@ -24,6 +24,7 @@ class TunedNetwork:
     states: list[TaskState]
     built: BuiltNetwork
     work_dir: str
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # this run's rounds: propose/prescore/predict
 
     @property
     def check(self) -> str:

@@ -62,6 +62,7 @@ def test_tuned_network_matches_torch_and_uses_its_records(tuned, resnet_tiny) ->
     assert tuned_names <= applied_tasks(net.built.module)
     rounds = read_rounds(work)
     assert sum(r.trials for r in rounds) == 96
+    assert net.phase_seconds["predict"] > 0 and sum(net.phase_seconds.values()) <= sum(r.seconds for r in rounds)
     assert len(set(record_keys(work))) == len(record_keys(work))  # nothing recorded twice
 
 
