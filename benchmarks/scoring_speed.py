@@ -5,6 +5,8 @@ Stages of the full score: replay the sketch (TVM schedule primitives), lower the
 (`tvm.compile`), LLVM's back end to assembly, the assembly analysis (parse, loop mapping, counts), the list
 scheduler, the isl data movement and the TIR kernel model. The replay is also timed through TVM's type-checked
 Python primitives (what it cost before `sketch/unchecked.py`), so the gain is measured in the same run.
+Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
+`ScorerConfig.prescore_batch_size`) and of 16, interleaved over a few rounds.
 
     python benchmarks/scoring_speed.py --samples 16 --tag znver4
 """
@@ -12,6 +14,7 @@ Python primitives (what it cost before `sketch/unchecked.py`), so the gain is me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -29,6 +32,7 @@ from drytune.costmodel.datamove import data_movement
 from drytune.costmodel.kernel import kernel_cycles
 from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import StaticCostModel
+from drytune.search.ray_scorer import RayScorer
 from drytune.sketch.sketch import ReplayDecider
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -85,6 +89,31 @@ def op_row(op: str, samples: int, seed: int) -> dict:
     return row
 
 
+def ray_prescore(op: str, n: int, rounds: int, batches: tuple[int, ...] = (2, 16)) -> dict:
+    """Pre-scores per second through two Ray actors for each batch size; rounds interleave the sizes on the
+    same actors (the local Ray has one CPU per actor, so a second scorer's actors would never start)."""
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    cands = dt.SearchSpace(task).sample(n, seed=1)
+    rates: dict[int, list[float]] = {b: [] for b in batches}
+    scorer = RayScorer(num_workers=2)
+    try:
+        scorer.score(task, cands[:8], "prescore")  # actors up, task cached
+        for _ in range(rounds):
+            for b in batches:
+                scorer.config = dataclasses.replace(scorer.config, prescore_batch_size=b)
+                t0 = time.perf_counter()
+                scorer.score(task, cands, "prescore")
+                rates[b].append(n / (time.perf_counter() - t0))
+    finally:
+        scorer.close()
+    out = {"op": op, "candidates": n, "rounds": rounds,
+           "per_s": {str(b): statistics.median(r) for b, r in rates.items()},
+           "ratio_16_over_2": statistics.median(a / b for a, b in zip(rates[16], rates[2], strict=True))}
+    print(f"Ray pre-score, 2 actors, {op}: " + ", ".join(f"batches of {b}: {v:.0f}/s" for b, v in out["per_s"].items())
+          + f" (x{out['ratio_16_over_2']:.2f})", flush=True)
+    return out
+
+
 def markdown(report: dict) -> str:
     rows = report["rows"]
     head = ["op", "full/s", "pre/s", "LLVM share", *[f"{s} ms" for s in STAGES]]
@@ -99,6 +128,12 @@ def markdown(report: dict) -> str:
     lines += ["", f"Median over operators: full score {s['full_per_s']:.1f}/s, pre-score {s['pre_per_s']:.0f}/s, "
               f"LLVM (lowering, IR optimisation, back end) {100 * s['llvm_share']:.0f}% of the full score, "
               f"replay {s['replay_speedup']:.1f}x faster without TVM's Python type checks."]
+    ray = report.get("ray_prescore")
+    if ray:
+        lines += ["", f"Pre-scoring {ray['candidates']} {ray['op']} candidates through two Ray actors (median of "
+                  f"{ray['rounds']} interleaved rounds): " + ", ".join(f"batches of {b}: {v:.0f}/s" for b, v in
+                                                                   ray["per_s"].items())
+                  + f"; batches of 16 / batches of 2: {ray['ratio_16_over_2']:.2f} (median of per-round ratios)."]
     return "\n".join(lines) + "\n"
 
 
@@ -107,11 +142,16 @@ def main() -> int:
     ap.add_argument("--ops", default=",".join(sorted(workloads.SUITE)))
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ray-op", default="conv2d_nchw", help="operator of the Ray pre-score measurement")
+    ap.add_argument("--ray-candidates", type=int, default=256)
+    ap.add_argument("--ray-rounds", type=int, default=5)
     ap.add_argument("--tag", default=None, help="suffix of the results files (e.g. the CPU class)")
     args = ap.parse_args()
     rows = [op_row(op, args.samples, args.seed) for op in args.ops.split(",")]
+    ray = ray_prescore(args.ray_op, args.ray_candidates, args.ray_rounds) if args.ray_rounds > 0 else None
     report = {"date": time.strftime("%Y-%m-%d"), "cpu": tvm.target.codegen.llvm_get_system_cpu(),
               "command": "python benchmarks/scoring_speed.py " + " ".join(sys.argv[1:]), "rows": rows,
+              "ray_prescore": ray,
               "summary": {k: statistics.median(r[k] for r in rows)
                           for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup")}}
     out = os.path.join(RESULTS, "scoring_speed" + (f"_{args.tag}" if args.tag else ""))

@@ -47,6 +47,8 @@ class ScorerConfig:
     """Parallel scoring on Ray actors: batch size, batches in flight, time limits and restarts."""
 
     batch_size: int = 2  # small: a batch that hangs is only found out after timeout x its size
+    prescore_batch_size: int = 16  # the pre-score builds no code (milliseconds each): larger batches spread the cost
+    # of a Ray call (benchmarks/results/scoring_speed_*.md)
     in_flight_per_worker: int = 2
     # a batch that runs longer than this times its size is a hang: its actor is replaced and the batch retried one
     # candidate at a time. Full scores on Zen 4: median 0.21 s, p99 4.9 s, slowest 11.4 s of 1152 random candidates;

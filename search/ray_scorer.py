@@ -219,7 +219,8 @@ class RayScorer(Scorer):
             return Scores(seconds, reasons)
         payload = self._payload(task, cands)
         items = [(c.sketch.name, c.decisions) for c in cands]
-        size = max(1, min(self.config.batch_size, -(-len(cands) // len(self.workers))))  # every actor gets work
+        batch = self.config.batch_size if kind == "predict" else self.config.prescore_batch_size
+        size = max(1, min(batch, -(-len(cands) // len(self.workers))))  # every actor gets work
         todo = collections.deque(_Job(list(range(i, min(i + size, len(cands))))) for i in range(0, len(cands), size))
 
         def fail(job: _Job, reason: str) -> None:
