@@ -1,0 +1,101 @@
+"""Where a network's latency gap comes from: each task's kernel as drytune chose it and as MetaSchedule measured
+it best, built alone and timed interleaved, weighted by the task's calls per network run.
+
+Reads a work directory of `benchmarks/networks.py` (drytune's records in MODEL/drytune, MetaSchedule's long-run
+database in MODEL/ms_long_db); runs after its tune phases.
+
+    python benchmarks/network_tasks.py --model mobilenet_v2 --work-dir drytune-work/networks_znver4_v2 --tag znver4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import tvm
+from networks import RECORDS_FILE, load_fused, model_dir, target_dict
+from op_tuning import interleaved
+from tvm.s_tir import meta_schedule as ms
+
+from drytune.extract import extract_tasks
+from drytune.records import RecordStore
+from drytune.scheduler.build import choose_records
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def ms_best(db: ms.database.JSONDatabase, task, target: tvm.target.Target) -> tvm.IRModule | None:
+    """MetaSchedule's fastest measured schedule of the task's program, or None if it has none."""
+    if not db.has_workload(task.mod):
+        return None
+    sch = db.query_schedule(task.mod, target, workload_name="main")
+    return sch.mod if sch is not None else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="mobilenet_v2")
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tag", default=None)
+    args = ap.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    target = tvm.target.Target(target_dict(args.threads))
+    mdir = model_dir(os.path.abspath(args.work_dir), args.model)
+    ms_dir = os.path.join(mdir, "ms_long_db")
+    if not os.path.exists(os.path.join(ms_dir, RECORDS_FILE)):
+        raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first")
+    tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
+    choices = choose_records(RecordStore(os.path.join(mdir, "drytune")), tasks)
+    db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False)
+    rows = []
+    for nt, choice in zip(tasks, choices, strict=True):
+        mods = {"drytune": choice.record.to_schedule().mod if choice.record is not None else nt.task.mod,
+                "metaschedule": ms_best(db, nt.task, target)}
+        if mods["metaschedule"] is None:
+            print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
+            continue
+        times = interleaved(mods, target, rounds=args.rounds)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append({"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
+                     "drytune_tuned": choice.record is not None,
+                     "predicted_ms": choice.record.seconds * 1e3 if choice.record is not None else None,
+                     "drytune_ms": med["drytune"] * 1e3, "metaschedule_ms": med["metaschedule"] * 1e3,
+                     "ratio": statistics.median(a / b for a, b in zip(times["drytune"], times["metaschedule"],
+                                                                      strict=True)),
+                     "gap_ms": nt.weight * (med["drytune"] - med["metaschedule"]) * 1e3})
+        r = rows[-1]
+        print(f"{nt.name:60s} x{nt.weight:<3d} drytune {r['drytune_ms']:8.3f} ms  MS {r['metaschedule_ms']:8.3f} ms  "
+              f"ratio {r['ratio']:.2f}", flush=True)
+    rows.sort(key=lambda r: -r["gap_ms"])
+    total = {k: sum(r["weight"] * r[f"{k}_ms"] for r in rows) for k in ("drytune", "metaschedule")}
+    report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "rows": rows, "sum_ms": total,
+              "command": "python benchmarks/network_tasks.py " + " ".join(sys.argv[1:])}
+    lines = [f"# {args.model}: drytune's kernels against MetaSchedule's, task by task", "",
+             f"{report['date']}. `{report['command']}`", "",
+             "Each task's kernel built alone and timed interleaved (median of rounds); gap = calls x (drytune - "
+             "MetaSchedule). Sorted by gap.", "",
+             "| task | kind | calls | GFLOP | drytune ms (predicted) | MetaSchedule ms | ratio | gap ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pred = f" ({r['predicted_ms']:.3f})" if r["predicted_ms"] is not None else " (default)"
+        lines.append(f"| {r['task']} | {r['kind']} | {r['weight']} | {r['gflop']:.3f} | {r['drytune_ms']:.3f}{pred} | "
+                     f"{r['metaschedule_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |")
+    lines += ["", f"Sum of calls x kernel time: drytune {total['drytune']:.2f} ms, MetaSchedule "
+              f"{total['metaschedule']:.2f} ms."]
+    out = os.path.join(RESULTS, f"network_tasks_{args.model}" + (f"_{args.tag}" if args.tag else ""))
+    with open(out + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
