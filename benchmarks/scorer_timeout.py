@@ -28,10 +28,13 @@ def main() -> int:
     ap.add_argument("--op", default="batch_matmul")
     ap.add_argument("--seconds", type=float, default=90.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--before", default="4,60", help="the setting to compare with the default: BATCH,SECONDS")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scorer_timeout"))
     args = ap.parse_args()
     task = dt.Task.from_prim_func(workloads.get(args.op).prim_func(), "llvm", name=args.op)
-    settings = {"before (batch 4, 60 s)": ScorerConfig(batch_size=4, timeout_s_per_candidate=60.0),
+    batch, limit = args.before.split(",")
+    settings = {f"before (batch {batch}, {limit} s)": ScorerConfig(batch_size=int(batch),
+                                                                   timeout_s_per_candidate=float(limit)),
                 "default": ScorerConfig()}
     rows = {}
     for name, config in settings.items():
