@@ -169,7 +169,7 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     return {"wall_s": wall, "export_s": time.perf_counter() - t1, "budget_s": cfg.budget_s,
             "tuning_loop_s": rounds[-1].elapsed if rounds else 0.0, "trials": sum(r.trials for r in report.rows),
             "tasks": len(report.rows), "untuned_tasks": report.untuned, "skipped_tasks": [s[0] for s in report.skipped],
-            "predicted_s": report.predicted_total, "check": tuned.check, "phase_s": tuned.phase_seconds}
+            "predicted_s": report.predicted_total, "check": tuned.check, "round_seconds": tuned.phase_seconds}
 
 
 # ----------------------------------------------------------------------------------------------- tune-ms
