@@ -46,7 +46,8 @@ class PortfolioConfig:
 class ScorerConfig:
     """Parallel scoring on Ray actors: batch size, batches in flight, time limits and restarts."""
 
-    batch_size: int = 2  # small: a batch that hangs is only found out after timeout x its size
+    batch_size: int = 1  # a batch that hangs is only found out after timeout x its size, then retried one by one;
+    # a Ray call costs milliseconds against a full score's tenths of a second, so single candidates lose nothing
     prescore_batch_size: int = 16  # the pre-score builds no code (milliseconds each): larger batches spread the cost
     # of a Ray call (benchmarks/results/scoring_speed_*.md)
     in_flight_per_worker: int = 2
