@@ -46,15 +46,16 @@ class PortfolioConfig:
 class ScorerConfig:
     """Parallel scoring on Ray actors: batch size, batches in flight, time limits and restarts."""
 
-    batch_size: int = 1  # a batch that hangs is only found out after timeout x its size, then retried one by one;
-    # a Ray call costs milliseconds against a full score's tenths of a second, so single candidates lose nothing
+    batch_size: int = 1  # a batch that hangs is only found out after timeout x its size, then retried one by one:
+    # with two hanging candidates a 90 s batch_matmul search took 96 s one at a time, 129 s in pairs; when nothing
+    # hangs, one at a time scored light GEMM candidates at 0.95x the rate of pairs (README, Running on a Ray cluster)
     prescore_batch_size: int = 16  # the pre-score builds no code (milliseconds each): larger batches spread the cost
     # of a Ray call (benchmarks/results/scoring_speed_*.md)
     in_flight_per_worker: int = 2
     # a batch that runs longer than this times its size is a hang: its actor is replaced and the batch retried one
     # candidate at a time. Full scores on Zen 4: median 0.21 s, p99 4.9 s, slowest 11.4 s of 1152 random candidates;
     # at 60 s (batches of 4), two batch_matmul candidates LLVM could not build in a minute made a 90 s search take
-    # 363 s; 122 s with these limits (benchmarks/results/scorer_timeout_znver4.json)
+    # 363 s; 122 s at 15 s in batches of 2 (benchmarks/results/scorer_timeout_znver4*.json)
     timeout_s_per_candidate: float = 15.0
     startup_timeout_s: float = 180.0  # for a new actor to import TVM and build its cost model
     max_failed_starts: int = 3  # consecutive actor start failures before giving up
