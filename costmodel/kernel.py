@@ -5,7 +5,8 @@ that TVM unrolls: explicit `unroll`, or `pragma_auto_unroll_max_step` on an encl
 that iterate that body. One iteration of the body costs the largest of its throughput bounds (vector
 arithmetic over the FP pipes, loads over the load ports, stores, all micro-ops over the issue width) and,
 when the innermost iterating loop is a reduction loop, the latency of the accumulator chains (few
-independent accumulators = latency bound). Vectorization is credited by lanes actually used; a vector
+independent accumulators = latency bound); a reduction unrolled inside the body has its chains overlapped
+only across the bodies that fit in the reorder window. Vectorization is credited by lanes actually used; a vector
 lane that walks a non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose
 innermost iterating loop is spatial are loaded and stored every iteration. Each iteration of a loop that
 is not unrolled pays a small loop overhead, which makes tiny bodies in long loops expensive.
@@ -38,6 +39,7 @@ class KernelConfig:
     fma_latency: float = 4.0
     registers: int = 30  # vector registers available for accumulators
     loop_overhead: float = 1.0  # cycles per iteration of a loop that is not unrolled
+    reorder_window: float = 256.0  # micro-ops in flight (reorder buffer): how many bodies' chains overlap
     gather_cost: float = 1.0  # cycles per lane of a gathered (non-contiguous) vector access
     int_cost: float = 0.5  # issue slots per integer op that survives in the body (guards, indices)
     auto_vectorize: bool = False  # credit LLVM's vectorization of a contiguous innermost spatial loop
@@ -69,15 +71,21 @@ def _vector_ops(extent: int, lanes: int) -> int:
     return full + bin(rest).count("1")
 
 
-def _last_index(acc: Access):
-    return acc.indices[-1] if acc.indices else None
+def _memory_indices(acc: Access) -> tuple:
+    """The indices of `acc` without trailing unit dimensions, which do not change the address
+    (an rfactor buffer of shape (64, 1) is contiguous in its first index)."""
+    n = len(acc.indices)
+    while n > 1 and len(acc.shape) == len(acc.indices) and acc.shape[n - 1] == 1:
+        n -= 1
+    return acc.indices[:n]
 
 
 def _vector_stride(acc: Access, vec: str) -> int | None:
     """Constant element stride of `acc` along the vector loop `vec` in its last dimension, else None."""
-    if any(vec in ix.loop_vars() for ix in acc.indices[:-1]):
+    indices = _memory_indices(acc)
+    if any(vec in ix.loop_vars() for ix in indices[:-1]):
         return None
-    last = _last_index(acc)
+    last = indices[-1] if indices else None
     if last is None or not last.quasi_affine or any(
             not isinstance(t, str) and vec in t.arg.loop_vars() for t, _ in last.terms):
         return None
@@ -152,7 +160,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     vec_loop = next((lp for lp in body if lp.kind == "vectorized"), None)
     writes = [a for a in leaf.accesses if a.is_write]
     out = writes[0] if writes else None
-    reads = [a for a in leaf.accesses if not a.is_write]
+    # the same element read twice (x * x) is one load after LLVM's common-subexpression elimination
+    reads = list({(a.buffer, tuple(map(str, a.indices))): a for a in leaf.accesses if not a.is_write}.values())
     out_vars = set().union(*(ix.loop_vars() for ix in out.indices)) if out is not None and out.indices else set()
     vec = vec_loop.var if vec_loop is not None else None
     if vec is not None and out is not None and vec not in out_vars:
@@ -214,12 +223,17 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += spill
         else:
             stores += n_out
+    uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
+    if is_update and not chain and stmts * vops > n_out:
+        # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
+        # out-of-order window overlaps the chains of only as many bodies as it holds
+        chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     per_body = {
         "fp": fp_ops / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
-        "issue": (fp_ops + int_ops + loads + stores + gathers + shuffles + 1) / cfg.issue_width,
+        "issue": uops / cfg.issue_width,
         "latency": chain,
     }
     bound = max(per_body, key=per_body.get)

@@ -259,7 +259,31 @@ def make_divmod(op: str, arg: IndexExpr, divisor: int, extents: Mapping[str, int
     lo, hi = yexpr.interval(extents)
     if lo >= 0 and hi < divisor:
         return IndexExpr.from_terms(x, qx) if op == "floordiv" else yexpr
+    split = _split_by_common_factor(op, arg, divisor, extents)
+    if split is not None:
+        return split
     return IndexExpr.from_terms({DivMod(op, arg, divisor): 1}, 0)
+
+
+def _split_by_common_factor(op: str, arg: IndexExpr, divisor: int, extents: Mapping[str, int]) -> IndexExpr | None:
+    """With arg = g*H + L, g dividing `divisor` and L in [0, g): floordiv(arg, d) = floordiv(H, d/g) and
+    floormod(arg, d) = g*floormod(H, d/g) + L. This takes the inner loops of a fused index (a vector lane,
+    say) out of the division, so that `(64*i + j) % 1024` with j < 64 reads as contiguous in j."""
+    for g in sorted({math.gcd(c, divisor) for _, c in arg.terms} - {1, divisor}, reverse=True):
+        high: dict[Term, int] = {}
+        low: dict[Term, int] = {}
+        for t, c in arg.terms:
+            (high if c % g == 0 else low).__setitem__(t, c // g if c % g == 0 else c)
+        if not high:
+            continue
+        q, r = divmod(arg.const, g)
+        lexpr = IndexExpr.from_terms(low, r)
+        lo, hi = lexpr.interval(extents)
+        if lo < 0 or hi >= g:
+            continue
+        outer = make_divmod(op, IndexExpr.from_terms(high, q), divisor // g, extents)
+        return outer if op == "floordiv" else outer.scale(g).add(lexpr)
+    return None
 
 
 # --------------------------------------------------------------------------------------------------

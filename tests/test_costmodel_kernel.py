@@ -170,3 +170,45 @@ def test_double_pumped_vectors_halve_the_peak_but_not_the_kernel_pipes():
     assert (zen4.datapath_bits, zen4.pump, skx.pump) == (256, 2, 1)
     assert zen4.peak_flops() == pytest.approx(skx.peak_flops() / 2)
     assert KernelConfig.for_spec(zen4) == KernelConfig.for_spec(skx)
+
+
+def test_rfactor_partial_sums_over_a_fused_index_are_contiguous_vectors():
+    # sum(A*A) of a 64x64 matrix, rfactor-ed by 16: partial sums R[16, 1] (a unit trailing dimension) read
+    # A[(16*o + l) // 64, (16*o + l) % 64] with the lane l vectorized: one contiguous load per vector (the
+    # square reads A once), 16-lane accumulator chains, no gathers
+    A = te.placeholder((64, 64), "float32", name="A")
+    i, j = te.reduce_axis((0, 64), name="i"), te.reduce_axis((0, 64), name="j")
+    S = te.compute((1,), lambda z: te.sum(A[i, j] * A[i, j], axis=[i, j]), name="S")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, S])}))
+    blk = sch.get_sblock("S")
+    _, ri, rj = sch.get_loops(blk)
+    fused = sch.fuse(ri, rj)
+    _, lane = sch.split(fused, [None, 16])
+    rf = sch.rfactor(lane, 0)
+    sch.vectorize(sch.get_loops(rf)[-1])
+    sch.decompose_reduction(rf, sch.get_loops(rf)[1])
+    tree = LoopTree.from_mod(sch.mod)
+    leaf, path = _leaf_and_path(tree, "S_rf_update")
+    det: dict = {}
+    statement_cycles(leaf, path, SPEC, CFG, det)
+    assert det["lanes"] == 16 and det["gathers"] == 0
+    assert det["loads"] == 1 and det["stores"] == 0 and det["inner_is_reduction"]
+    assert det["latency"] == CFG.fma_latency  # one accumulator: a latency-bound chain
+
+
+def test_reduction_unrolled_in_the_body_pays_its_chain_over_the_reorder_window():
+    # S[i] = sum_k X[i, k], k (49) unrolled: one accumulator chain of 49 adds per body; the out-of-order window
+    # overlaps only the bodies it holds, so the chain, not the 49 loads, bounds the body
+    X = te.placeholder((256, 49), "float32", name="X")
+    k = te.reduce_axis((0, 49), name="k")
+    S = te.compute((256,), lambda i: te.sum(X[i, k], axis=k), name="S")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, S])}))
+    blk = sch.get_sblock("S")
+    _, kk = sch.get_loops(blk)
+    sch.unroll(kk)
+    sch.decompose_reduction(blk, kk)
+    _, det = _details(sch, "S_update")
+    uops = det["fp_ops"] + det["int_ops"] + det["loads"] + det["stores"] + det["gathers"] + 1
+    assert det["statements"] == 49 and det["accumulators"] == 1 and not det["inner_is_reduction"]
+    assert det["latency"] == pytest.approx(49 * CFG.fma_latency / (CFG.reorder_window / uops))
+    assert det["latency"] > det["load"] and det["body_cycles"] == pytest.approx(det["latency"] + CFG.loop_overhead)

@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import s_tir, te, tirx
 
-from drytune.costmodel.looptree import DivMod, LoopTree, LoopTreeError
+from drytune.costmodel.looptree import DivMod, IndexExpr, LoopTree, LoopTreeError, make_divmod
 
 
 def matmul_relu(M=512, N=512, K=512):
@@ -189,3 +189,21 @@ def test_symbolic_extent_is_a_clear_error():
     B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
     with pytest.raises(LoopTreeError):
         LoopTree.from_mod(tvm.IRModule({"main": te.create_prim_func([A, B])}))
+
+
+def test_division_of_a_fused_index_keeps_inner_loops_outside():
+    # (64*i + 8*j + v) // 1024 and % 1024 with 8*j + v < 64: the inner loops leave the division, so a vector
+    # lane v reads as contiguous; the rewritten forms equal Python's floor division everywhere
+    ext = {"i": 40, "j": 8, "v": 8}
+    arg = IndexExpr.from_terms({"i": 64, "j": 8, "v": 1}, 0)
+    div, mod = make_divmod("floordiv", arg, 1024, ext), make_divmod("floormod", arg, 1024, ext)
+    assert mod.coeffs == {"j": 8, "v": 1}
+    assert all(t.arg.loop_vars() == {"i"} for t, _ in (*div.terms, *mod.terms) if isinstance(t, DivMod))
+    for i, j, v in itertools.product(range(40), range(8), range(8)):
+        a = 64 * i + 8 * j + v
+        vals = {"i": i, "j": j, "v": v}
+        assert (div.evaluate(vals), mod.evaluate(vals)) == (a // 1024, a % 1024)
+    # a low part that can reach the common factor is not split (5 + 8*j + v reaches 68 >= 64)
+    shifted = IndexExpr.from_terms({"i": 64, "j": 8, "v": 1}, 5)
+    kept = make_divmod("floormod", shifted, 1024, ext)
+    assert [type(t) for t, _ in kept.terms] == [DivMod]
