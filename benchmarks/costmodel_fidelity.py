@@ -18,6 +18,9 @@ Fits use the random rows only (searched rows in the fits ranked held-out operato
 are reported apart: how the held-out model ranks them.
 
     python benchmarks/costmodel_fidelity.py --collect-searched --search-seconds 90 --top 24
+
+`--remeasure OUT` measures every row of the data file again (same candidates, same sources) into OUT, e.g. after
+a collection that shared the machine with other work (resumable: rows already in OUT are kept).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.dataset import collect, measure_candidates
+from drytune.costmodel.dataset import collect, measure_candidates, read_rows
 from drytune.records import RecordStore, candidate_from_trace
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -65,6 +68,20 @@ def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) ->
               f"({fails} failed) in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
+def run_remeasure(ops: list[str], data: str, out: str) -> None:
+    """Measure the candidates of `data` again into `out`, operator by operator, keeping each row's source."""
+    rows = [r for r in read_rows(data) if r.op in ops]
+    for name in ops:
+        task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
+        space = dt.SearchSpace(task)
+        t0 = time.perf_counter()
+        n = 0
+        for source in ("random", "search"):
+            cands = [r.candidate(space) for r in rows if r.op == name and r.source == source]
+            n += sum(1 for _ in measure_candidates(cands, out, source=source))
+        print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collect", action="store_true", help="measure candidates (phase 1)")
@@ -72,6 +89,7 @@ def main() -> int:
                     help="measure the best predictions of a short tuning run per operator")
     ap.add_argument("--search-seconds", type=float, default=90.0)
     ap.add_argument("--top", type=int, default=24, help="best predictions measured per operator")
+    ap.add_argument("--remeasure", default=None, metavar="OUT", help="measure every row of the data file again")
     ap.add_argument("--ops", default=",".join(workloads.SUITE))
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--data", default=None, help="measurements file (default: by --tag)")
@@ -81,6 +99,9 @@ def main() -> int:
     ops = args.ops.split(",")
     if args.data is None:
         args.data = DATA.replace(".jsonl", f"_{args.tag}.jsonl") if args.tag else DATA
+    if args.remeasure:
+        run_remeasure(ops, args.data, args.remeasure)
+        return 0
     if args.collect or args.collect_searched:
         if args.collect:
             run_collect(ops, args.samples, args.data)

@@ -66,6 +66,11 @@ def _append(path: str, row: MeasuredRow) -> None:
         f.write(json.dumps(row.__dict__ | {"times": list(row.times)}) + "\n")
 
 
+# Each repeat runs a candidate back to back for at least this long. Single calls of microsecond kernels
+# measured up to 100x slow on a busy 2-core machine (whole 4 ms scheduler ticks per parallel region).
+MIN_REPEAT_MS = 20
+
+
 def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
             flush_cache: bool = False) -> Iterator[MeasuredRow]:
     """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes."""
@@ -98,7 +103,7 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str = "rand
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
                                   float("inf"), (), f"replay: {err}", source)
             else:
-                res = measure_modules([mod], task.target, number=1, repeat=repeat, min_repeat_ms=0,
+                res = measure_modules([mod], task.target, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS,
                                       timeout_s=timeout_s, flush_cache=flush_cache, worker=worker)[0]
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
                                   res.seconds, tuple(res.times), res.error, source)
