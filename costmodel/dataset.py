@@ -66,11 +66,6 @@ def _append(path: str, row: MeasuredRow) -> None:
         f.write(json.dumps(row.__dict__ | {"times": list(row.times)}) + "\n")
 
 
-# Each repeat runs a candidate back to back for at least this long. Single calls of microsecond kernels
-# measured up to 100x slow on a busy 2-core machine (whole 4 ms scheduler ticks per parallel region).
-MIN_REPEAT_MS = 20
-
-
 def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
             flush_cache: bool = False) -> Iterator[MeasuredRow]:
     """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes."""
@@ -103,8 +98,10 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str = "rand
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
                                   float("inf"), (), f"replay: {err}", source)
             else:
-                res = measure_modules([mod], task.target, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS,
-                                      timeout_s=timeout_s, flush_cache=flush_cache, worker=worker)[0]
+                # each repeat runs back to back for measure's min_repeat_ms: single calls of microsecond kernels
+                # measured up to 100x slow on a busy 2-core machine (whole 4 ms scheduler ticks per parallel region)
+                res = measure_modules([mod], task.target, number=1, repeat=repeat, timeout_s=timeout_s,
+                                      flush_cache=flush_cache, worker=worker)[0]
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
                                   res.seconds, tuple(res.times), res.error, source)
             _append(path, row)

@@ -238,8 +238,11 @@ class IndexExpr:
 def make_divmod(op: str, arg: IndexExpr, divisor: int, extents: Mapping[str, int]) -> IndexExpr:
     """Simplified `floordiv/floormod(arg, divisor)` given loop extents (variables in [0, extent-1]).
 
-    Writing arg = divisor*X + Y with the terms of Y not divisible by `divisor`: when Y's range lies in
-    [0, divisor) the result is exactly X (floordiv) or Y (floormod); otherwise a `DivMod` term is kept.
+    Writing arg = g*H + L with g dividing `divisor` (g = divisor first, then the common factors of the terms'
+    coefficients and the divisor, largest first) and the terms of L not divisible by g: when L's range lies in
+    [0, g), floordiv(arg, d) = floordiv(H, d/g) and floormod(arg, d) = g*floormod(H, d/g) + L. With g = d that
+    is H and L; a smaller g takes the inner loops of a fused index out of the division (`(64*i + j) % 1024`
+    with j < 64 reads as contiguous in j). Otherwise a `DivMod` term is kept.
     """
     if divisor <= 0:
         raise LoopTreeError(f"non-positive divisor {divisor}")
@@ -247,35 +250,14 @@ def make_divmod(op: str, arg: IndexExpr, divisor: int, extents: Mapping[str, int
         return arg if op == "floordiv" else IndexExpr.constant(0)
     if arg.is_const:
         return IndexExpr.constant(arg.const // divisor if op == "floordiv" else arg.const % divisor)
-    x: dict[Term, int] = {}
-    y: dict[Term, int] = {}
-    for t, c in arg.terms:
-        if c % divisor == 0:
-            x[t] = c // divisor
-        else:
-            y[t] = c
-    qx, ry = divmod(arg.const, divisor)
-    yexpr = IndexExpr.from_terms(y, ry)
-    lo, hi = yexpr.interval(extents)
-    if lo >= 0 and hi < divisor:
-        return IndexExpr.from_terms(x, qx) if op == "floordiv" else yexpr
-    split = _split_by_common_factor(op, arg, divisor, extents)
-    if split is not None:
-        return split
-    return IndexExpr.from_terms({DivMod(op, arg, divisor): 1}, 0)
-
-
-def _split_by_common_factor(op: str, arg: IndexExpr, divisor: int, extents: Mapping[str, int]) -> IndexExpr | None:
-    """With arg = g*H + L, g dividing `divisor` and L in [0, g): floordiv(arg, d) = floordiv(H, d/g) and
-    floormod(arg, d) = g*floormod(H, d/g) + L. This takes the inner loops of a fused index (a vector lane,
-    say) out of the division, so that `(64*i + j) % 1024` with j < 64 reads as contiguous in j."""
-    for g in sorted({math.gcd(c, divisor) for _, c in arg.terms} - {1, divisor}, reverse=True):
+    for g in sorted({divisor} | {math.gcd(c, divisor) for _, c in arg.terms} - {1}, reverse=True):
         high: dict[Term, int] = {}
         low: dict[Term, int] = {}
         for t, c in arg.terms:
-            (high if c % g == 0 else low).__setitem__(t, c // g if c % g == 0 else c)
-        if not high:
-            continue
+            if c % g == 0:
+                high[t] = c // g
+            else:
+                low[t] = c
         q, r = divmod(arg.const, g)
         lexpr = IndexExpr.from_terms(low, r)
         lo, hi = lexpr.interval(extents)
@@ -283,7 +265,7 @@ def _split_by_common_factor(op: str, arg: IndexExpr, divisor: int, extents: Mapp
             continue
         outer = make_divmod(op, IndexExpr.from_terms(high, q), divisor // g, extents)
         return outer if op == "floordiv" else outer.scale(g).add(lexpr)
-    return None
+    return IndexExpr.from_terms({DivMod(op, arg, divisor): 1}, 0)
 
 
 # --------------------------------------------------------------------------------------------------
