@@ -23,7 +23,14 @@ from .looptree import Access, LoopNode, LoopTree, StmtLeaf
 # Arithmetic op kinds of `StmtLeaf.ops` and their cost in FP-pipe slots per (vector) operation.
 _FP_COST = {"fma": 1.0, "fadd": 1.0, "fsub": 1.0, "fmul": 1.0, "fminmax": 1.0, "select": 1.0, "fcmp": 1.0,
             "fdiv": 4.0, "fsqrt": 6.0, "cast": 1.0}
-_CALL_COST = 20.0  # an exp/erf/tanh/... expands to a ~20-instruction polynomial
+# Math calls that LLVM keeps as vector instructions, in FP-pipe slots per vector operation. The libm ones
+# (exp, erf, tanh, log, ...) are scalarized on LLVM CPU targets: one call per lane (`KernelConfig.libm_cycles`).
+# Other calls (likely, reinterpret, ...) are free.
+_VECTOR_CALL_COST = {"sqrt": 6.0, "rsqrt": 7.0, "fabs": 1.0, "floor": 1.0, "ceil": 1.0, "trunc": 1.0, "round": 1.0,
+                     "nearbyint": 1.0, "fma": 1.0, "copysign": 1.0}
+_LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
+                         "sigmoid", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "atan2", "asinh",
+                         "acosh", "atanh", "fmod", "hypot"})
 _INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
 
 
@@ -46,6 +53,24 @@ class KernelConfig:
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
+    # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
+    # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
+    libm_cycles: dict[str, float] = field(default_factory=lambda: {
+        "exp": 7.5, "erf": 11.5, "tanh": 12.5, "sigmoid": 6.0, "log": 5.5})
+    libm_default_cycles: float = 10.0
+
+    def call_costs(self, ops: dict[str, int]) -> tuple[float, float]:
+        """(FP-pipe slots per vector operation, cycles per lane) of the calls among a statement's `ops`."""
+        vector = per_lane = 0.0
+        for key, n in ops.items():
+            if not key.startswith("call:"):
+                continue
+            name = key.rsplit(".", 1)[-1]
+            if name in _VECTOR_CALL_COST:
+                vector += _VECTOR_CALL_COST[name] * n
+            elif name in _LIBM_CALLS:
+                per_lane += self.libm_cycles.get(name, self.libm_default_cycles) * n
+        return vector, per_lane
 
     @classmethod
     def for_spec(cls, spec: HardwareSpec) -> KernelConfig:
@@ -153,7 +178,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     lanes = spec.vector_lanes(32)
     vec_path = next((lp for lp in reversed(path) if lp.kind == "vectorized"), None)
     fp = sum(_FP_COST.get(k, 0.0) * n for k, n in leaf.ops.items())
-    fp += _CALL_COST * sum(n for k, n in leaf.ops.items() if k.startswith("call:"))
+    vector_calls, lane_calls = cfg.call_costs(leaf.ops)
+    fp += vector_calls
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
     stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, lanes) if vec_path else 1)
     outer, body, by_llvm = _body_loops(path, stmt_insts, cfg.llvm_unroll_budget)
@@ -237,14 +263,16 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         "latency": chain,
     }
     bound = max(per_body, key=per_body.get)
-    body_cycles = per_body[bound] + (cfg.loop_overhead if inner_iter is not None else 0.0)
+    # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
+    calls = stmts * e_v * lane_calls
+    body_cycles = per_body[bound] + calls + (cfg.loop_overhead if inner_iter is not None else 0.0)
     executions = leaf.trips / max(1, stmts * e_v)
     if details is not None:
         details.update(per_body, lanes=e_v, vector_ops=vops, statements=stmts, loads=loads, stores=stores,
                        gathers=gathers, int_ops=int_ops, fp_ops=fp_ops, chain=chain, executions=executions,
                        body_cycles=body_cycles, inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
-                       accumulators=n_out if out is not None else 0)
+                       accumulators=n_out if out is not None else 0, libm_calls=calls)
     return executions * body_cycles, bound
 
 

@@ -212,3 +212,27 @@ def test_reduction_unrolled_in_the_body_pays_its_chain_over_the_reorder_window()
     assert det["statements"] == 49 and det["accumulators"] == 1 and not det["inner_is_reduction"]
     assert det["latency"] == pytest.approx(49 * CFG.fma_latency / (CFG.reorder_window / uops))
     assert det["latency"] > det["load"] and det["body_cycles"] == pytest.approx(det["latency"] + CFG.loop_overhead)
+
+
+def _unary(fn, n: int = 1024, vector: int = 16) -> s_tir.Schedule:
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: fn(A[i]), name="B")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B])}))
+    if vector > 1:
+        _, inner = sch.split(sch.get_loops(sch.get_sblock("B"))[0], [None, vector])
+        sch.vectorize(inner)
+    return sch
+
+
+def test_libm_calls_cost_one_call_per_lane_and_vector_intrinsics_one_op_per_vector():
+    # LLVM scalarizes exp on CPU targets: 1024 elements are 1024 calls whether or not the loop is vectorized
+    exp_vec, _ = _details(_unary(te.exp), "B")
+    exp_scalar, _ = _details(_unary(te.exp, vector=1), "B")
+    assert exp_vec >= 1024 * CFG.libm_cycles["exp"]
+    assert exp_scalar >= 1024 * CFG.libm_cycles["exp"]
+    erf_vec, _ = _details(_unary(te.erf), "B")
+    assert erf_vec - exp_vec == pytest.approx(1024 * (CFG.libm_cycles["erf"] - CFG.libm_cycles["exp"]))
+    # sqrt stays a vector instruction: 64 vector square roots, far below one call per element
+    sqrt_vec, det = _details(_unary(te.sqrt), "B")
+    assert det["libm_calls"] == 0
+    assert sqrt_vec < 1024
