@@ -155,7 +155,8 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
     model, inputs = load_model_arg(args.model)
     network, target, _, tasks, skipped = prepare(model, inputs, args.target, name=os.path.basename(args.model),
-                                                  input_shapes=_input_shapes(args.input_shape))
+                                                  input_shapes=_input_shapes(args.input_shape),
+                                                  fast_math=args.fast_math)
     print(f"{network.name}: {len(tasks)} tasks for {target.kind.name}")
     print(f"{'#':>3}  {'task':<60} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
     for i, nt in enumerate(tasks):
@@ -177,7 +178,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                        ray_address=args.ray_address, work_dir=args.work_dir, num_workers=args.num_workers,
                        strategy=args.strategy, seed=args.seed, progress=not args.quiet,
                        verify_top_k=args.verify_top_k,
-                       input_shapes=_input_shapes(args.input_shape), name=os.path.basename(args.model))
+                       input_shapes=_input_shapes(args.input_shape), name=os.path.basename(args.model),
+                       fast_math=args.fast_math)
     report = net.report()
     print(report.table())
     print(f"check: {net.check}")
@@ -244,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help=model_help)
     p.add_argument("--target", default="llvm")
     p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.add_argument("--fast-math", action="store_true",
+                   help="exp/erf/tanh as vectorizing polynomials instead of libm calls (softmax, GELU)")
     p.set_defaults(func=_cmd_tasks)
     p = sub.add_parser("tune", help="tune a whole network and build it")
     p.add_argument("model", help=model_help)
@@ -255,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", default="drytune-work", help="records and round log; a rerun resumes from it")
     p.add_argument("--strategy", default="portfolio", choices=("portfolio", "evolutionary", "cmaes", "random"))
     p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.add_argument("--fast-math", action="store_true",
+                   help="exp/erf/tanh as vectorizing polynomials instead of libm calls (softmax, GELU)")
     p.add_argument("--verify-top-k", type=int, default=0,
                    help="measure each task's k best predictions on this CPU and build the fastest (default: no runs)")
     p.add_argument("--export", default=None, help="write the tuned network as a shared library (.so)")

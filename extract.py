@@ -17,17 +17,21 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from .errors import DrytuneError
+from .fastmath import fast_math_passes
 from .target import HardwareSpec, resolve_target
 from .task import Task
 
 log = logging.getLogger(__name__)
 
 
-def fuse(mod: tvm.IRModule, target: str | dict | Target) -> tvm.IRModule:
+def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = False) -> tvm.IRModule:
     """Lower an unfused Relax module to fused PrimFuncs called from "main" (the module that gets tuned and built).
 
     Run it exactly once on the imported module: fusion is not idempotent, and fusing a fused module again
     merges kernels further, so its PrimFuncs no longer match the tuned tasks (their records are then ignored).
+    `fast_math`: exp, erf and tanh (softmax, GELU) become polynomials that vectorize instead of one libm call per
+    vector lane (`fastmath.py`); results differ from libm's in the last bits, and the tuned network is checked
+    against the framework's output either way.
     """
     tvm_target, _ = resolve_target(target)
     passes = tvm.transform.Sequential([
@@ -35,6 +39,7 @@ def fuse(mod: tvm.IRModule, target: str | dict | Target) -> tvm.IRModule:
         # DecomposeOpsForInference leaves batch_norm's result as item 0 of a tuple literal; without folding that
         # away FuseOps stops at the tuple and a following relu becomes a separate kernel.
         relax.transform.CanonicalizeBindings(),
+        *(fast_math_passes() if fast_math else []),
         relax.get_pipeline("zero"),  # LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
     ])
     with tvm_target:

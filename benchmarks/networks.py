@@ -63,6 +63,7 @@ class BenchConfig:
     min_repeat_s: float = 0.2  # a repeat calls the system until this much time has passed
     slow_call_s: float = 1.0
     pause_s: float = 0.2  # between systems, so one's spinning thread pool does not steal the next one's cores
+    fast_math: bool = False  # every TVM build (drytune, MetaSchedule, untuned) gets drytune.fastmath's module
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -101,7 +102,7 @@ def target_dict(threads: int) -> dict:
     return {**attrs, "num-cores": threads}
 
 
-def load_fused(model: str, target: dict):
+def load_fused(model: str, target: dict, fast_math: bool = False):
     """The zoo model imported and fused once (drytune's `fuse`, the module both tuners see)."""
     from drytune import zoo
     from drytune.extract import fuse
@@ -109,7 +110,7 @@ def load_fused(model: str, target: dict):
 
     torch_model, inputs = zoo.get_model(model)
     network = load_network(torch_model, inputs, name=model)
-    return fuse(network.mod, target)
+    return fuse(network.mod, target, fast_math=fast_math)
 
 
 def record_counts(path: str) -> tuple[int, int]:
@@ -160,7 +161,7 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     t0 = time.perf_counter()
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s,
-                         work_dir=tune_dir, seed=cfg.seed, progress=True)
+                         work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math)
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned.export(os.path.join(mdir, LIBRARIES["drytune"]))
@@ -186,7 +187,7 @@ def ms_child(model: str, ms_dir: str, cfg: BenchConfig) -> None:
     from tvm.target import Target
 
     target = Target(target_dict(cfg.threads))
-    fused = load_fused(model, target_dict(cfg.threads))
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math)
     builder = ms.builder.LocalBuilder(timeout_sec=cfg.ms_builder_timeout_s, initializer=warm_builder_worker)
     ms.relax_integration.tune_relax(fused, params={}, target=target, work_dir=ms_dir, max_trials_global=1_000_000,
                                     num_trials_per_iter=cfg.ms_trials_per_iter, builder=builder, runner="local",
@@ -270,7 +271,7 @@ def build(model: str, work: str, cfg: BenchConfig) -> dict:
     mdir = model_dir(work, model)
     target = Target(target_dict(cfg.threads))
     t0 = time.perf_counter()
-    fused = load_fused(model, target_dict(cfg.threads))
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math)
     prim_funcs = [gv.name_hint for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     out: dict = {"import_fuse_s": time.perf_counter() - t0, "prim_funcs": len(prim_funcs)}
     t0 = time.perf_counter()
@@ -486,7 +487,7 @@ def config_args(args: argparse.Namespace) -> list[str]:
     """The command-line flags that shape a run, to hand to a child process."""
     return ["--budget", str(args.budget), "--long-budget", str(args.long_budget), "--threads", str(args.threads),
             "--seed", str(args.seed), "--ms-trials-per-iter", str(args.ms_trials_per_iter),
-            "--rounds", str(args.rounds)]
+            "--rounds", str(args.rounds), *(["--fast-math"] if args.fast_math else [])]
 
 
 def parse_duration(text: str) -> float:
@@ -533,6 +534,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=BenchConfig.seed)
     ap.add_argument("--ms-trials-per-iter", type=int, default=BenchConfig.ms_trials_per_iter)
     ap.add_argument("--rounds", type=int, default=BenchConfig.rounds)
+    ap.add_argument("--fast-math", action="store_true",
+                    help="exp/erf/tanh as vectorizing polynomials in every TVM build (drytune.fastmath)")
     ap.add_argument("--work-dir", default=os.path.join(REPO, "drytune-work", "networks"),
                     help="tuning work directories and built libraries (not committed)")
     ap.add_argument("--out", default=None, help="results path without extension "
@@ -545,7 +548,7 @@ def main() -> int:
     models = args.models.split(",") if args.models else list(TINY_MODELS if args.tiny else FULL_MODELS)
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
-                      rounds=args.rounds)
+                      rounds=args.rounds, fast_math=args.fast_math)
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

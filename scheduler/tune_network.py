@@ -29,14 +29,14 @@ DEFAULT_BUDGET = "10m"
 
 
 def prepare(model: Any, example_inputs: Sequence | None, target: Any, *, name: str | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None):
+            input_shapes: Mapping[str, Sequence[int]] | None = None, fast_math: bool = False):
     """Import the model and extract its tasks: (network, tvm target, fused module, tasks, skipped)."""
     from ..extract import extract_tasks, fuse
     from ..network import load_network
 
     tvm_target, _ = resolve_target(target)
     network = load_network(model, example_inputs, name=name, input_shapes=input_shapes)
-    fused = fuse(network.mod, tvm_target)
+    fused = fuse(network.mod, tvm_target, fast_math=fast_math)
     tasks = extract_tasks(fused, tvm_target)
     return network, tvm_target, fused, list(tasks), list(getattr(tasks, "skipped", []))
 
@@ -58,6 +58,7 @@ def tune_network(
     cost_model: CostModelSpec = None,
     name: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fast_math: bool = False,
     seed: int = 0,
     progress: bool = True,
     check: bool = True,
@@ -74,11 +75,13 @@ def tune_network(
     global budget). Candidates are scored on Ray: an embedded local Ray (`num_workers` actors, default one per
     CPU), the cluster at `ray_address` / $RAY_ADDRESS, or in this process with `num_workers=0`. With
     `verify_top_k`, each task's k best predictions are measured on this CPU and the fastest is built (the only
-    step that runs candidates; off by default).
+    step that runs candidates; off by default). `fast_math`: exp, erf and tanh as vectorizing polynomials
+    instead of one libm call per vector lane (`drytune.fastmath`; checked against the framework like the rest).
+    A resumed run must use the same setting: records of the other module's tasks do not match and are ignored.
     """
     config = config or NetworkTuneConfig()
     network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
-                                                          input_shapes=input_shapes)
+                                                          input_shapes=input_shapes, fast_math=fast_math)
     budgets = BudgetConfig.coerce(task_budgets)
     total = Budget.parse(budget) if budget is not None else budgets.budget or Budget.parse(DEFAULT_BUDGET)
     names = [nt.name for nt in tasks]
@@ -97,7 +100,7 @@ def tune_network(
     os.makedirs(work_dir, exist_ok=True)
     heal_records(work_dir)
     store = RecordStore(work_dir)
-    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total))
+    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total), fast_math)
 
     own_scorer = scorer is None
     if scorer is None:
@@ -165,9 +168,9 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str
     return preferred
 
 
-def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str) -> list:
-    """Write network.json; return the round log to resume from (empty for another model or target)."""
-    fingerprint = str(network.fingerprint)
+def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str, fast_math: bool = False) -> list:
+    """Write network.json; return the round log to resume from (empty for another model, target or math mode)."""
+    fingerprint = str(network.fingerprint) + ("+fast-math" if fast_math else "")
     ident = target_identity(target)
     previous = read_network(work_dir)
     rounds = read_rounds(work_dir)

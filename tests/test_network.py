@@ -338,3 +338,42 @@ def test_modules_import_without_torch_or_onnx():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "resnet_tiny" in out.stdout
+
+
+# --- fast math ---------------------------------------------------------------------------------------------------
+
+
+def _libm_calls(mod: tvm.IRModule) -> set[str]:
+    names: set[str] = set()
+
+    def visit(call) -> None:
+        if isinstance(call.op, tvm.ir.Op) and call.op.name in ("tirx.exp", "tirx.erf", "tirx.tanh"):
+            names.add(call.op.name)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, [(tvm.ir.Call, visit)], order="pre")
+    return names
+
+
+def test_fast_math_replaces_softmax_and_gelu_libm_calls_and_keeps_the_output():
+    net, fused, _ = _imported("bert_tiny")
+    fast = fuse(net.mod, TARGET, fast_math=True)
+    assert _libm_calls(fused) == {"tirx.exp", "tirx.erf"}
+    assert _libm_calls(fast) == set()
+    x = random_inputs(net, seed=3)
+    np.testing.assert_allclose(_run_untuned(fast, x)[0], net.reference(*x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_fast_math_spells_out_tanh_gelu():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.gelu_tanh(x))
+        bb.emit_func_output(out)
+    plain, fast = fuse(bb.get(), TARGET), fuse(bb.get(), TARGET, fast_math=True)
+    assert _libm_calls(plain) == {"tirx.tanh"} and _libm_calls(fast) == set()
+    v = np.linspace(-6, 6, 256, dtype="float32").reshape(4, 64)
+    want = 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
+    np.testing.assert_allclose(_run_untuned(fast, [v])[0], want, rtol=1e-5, atol=1e-6)
