@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 
 __all__ = [
@@ -382,6 +383,7 @@ class _Builder:
         self.extents: dict[str, int] = {}
         self.used_names: set[str] = set()
         self.bound_tags: dict[str, tuple[str, int]] = {}  # thread tag -> (loop var, extent) of enclosing loops
+        self.seen: set[tuple[int, bool]] = set()  # subexpressions of the current statement already counted
 
     # -- expressions ----------------------------------------------------------------------------
     def index(self, e) -> IndexExpr:
@@ -506,7 +508,16 @@ class _Builder:
         )
 
     def value(self, e, ops: Counter, loads: list[Access], conditional: bool = False) -> bool:
-        """Count arithmetic ops of a value expression and collect its loads; returns `has_select`."""
+        """Count arithmetic ops of a value expression and collect its loads; returns `has_select`.
+
+        A subexpression that occurs again in the same statement is counted once: LLVM computes it once
+        (TE inlining copies a polynomial such as fast_exp's clamped argument ten times into one expression)."""
+        if isinstance(e, (tirx.IntImm, tirx.FloatImm, tirx.Var)):
+            return False
+        key = (tvm_ffi.structural_hash(e), conditional)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
         sel = False
         if isinstance(e, tvm.ir.TensorLoad):
             ops["load"] += 1
@@ -514,8 +525,6 @@ class _Builder:
             for i in e.indices:  # indirect indices: their loads are real accesses too
                 sel |= self.value(i, Counter(), loads, conditional)
             return sel
-        if isinstance(e, (tirx.IntImm, tirx.FloatImm, tirx.Var)):
-            return False
         fl = _is_float(e)
         if isinstance(e, (tirx.Add, tirx.Sub)):
             mul = next((x for x in (e.a, e.b) if isinstance(x, tirx.Mul) and _is_float(x)), None)
@@ -575,6 +584,7 @@ class _Builder:
         if isinstance(s, tirx.BufferStore):
             ops: Counter = Counter()
             loads: list[Access] = []
+            self.seen = set()
             sel = self.value(s.value, ops, loads)
             for i in s.indices:
                 sel |= self.value(i, Counter(), loads)
@@ -594,6 +604,7 @@ class _Builder:
         if isinstance(s, tirx.Evaluate):
             ops = Counter()
             loads = []
+            self.seen = set()
             sel = self.value(s.value, ops, loads)
             return [ctx.leaf(loads, ops, sel)] if loads else []
         if isinstance(s, tirx.AttrStmt):

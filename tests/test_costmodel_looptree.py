@@ -207,3 +207,16 @@ def test_division_of_a_fused_index_keeps_inner_loops_outside():
     shifted = IndexExpr.from_terms({"i": 64, "j": 8, "v": 1}, 5)
     kept = make_divmod("floormod", shifted, 1024, ext)
     assert [type(t) for t, _ in kept.terms] == [DivMod]
+
+
+def test_repeated_subexpressions_are_counted_once():
+    # inlining copies a producer's expression into every use; LLVM computes the copies once
+    A = te.placeholder((64,), "float32", name="A")
+    t = te.compute((64,), lambda i: te.max(A[i] * 2.0 + 1.0, tirx.const(0.0, "float32")), name="t")
+    B = te.compute((64,), lambda i: t[i] * t[i] + t[i], name="B")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B])}))
+    sch.compute_inline(sch.get_sblock("t"))
+    stmt = _stmt(LoopTree.from_mod(sch.mod), "B")
+    # max(A*2+1, 0) once: one fma (A*2+1), one max; then t*t+t: one fma
+    assert stmt.ops["fma"] == 2 and stmt.ops["fminmax"] == 1
+    assert stmt.ops["load"] == 1 and len([a for a in stmt.accesses if not a.is_write]) == 1
