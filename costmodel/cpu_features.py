@@ -20,7 +20,7 @@ from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .datamove import DataMoveConfig, data_movement, default_counter
 from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
-from .kernel import KernelConfig, kernel_cycles
+from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
 from .listsched import ListScheduler
 from .looptree import LoopNode, LoopTree, StmtLeaf
 
@@ -38,7 +38,7 @@ FEATURE_NAMES = (
     "parallel_launches",  # entries into a parallel region (thread-pool wake-ups)
     "kernel_cycles",  # per-core cycles of the TIR register-tile kernel model (costmodel.kernel)
     "kernel_serial_cycles",  # the same on one core: what parallel loops do not shorten (busy or shared cores)
-    "asm_fp_cycles",  # TIR FP operations x cycles per FP lane of the generated code (costmodel.fpratio), per core
+    "asm_fp_cycles",  # TIR FP ops x cycles per FP lane of the generated code (costmodel.fpratio) + libm calls, per core
     "asm_fp_serial_cycles",  # the same on one core
     "stack_mem",  # loads/stores through the stack pointer in the FP code (spills) per FP lane x TIR FP ops, per core
 )
@@ -139,7 +139,7 @@ class CPUFeatureExtractor:
         rate = cycles_per_fp_lane(program, counts, self.scheduler)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree)
-        asm_fp = rate * fp_ops if rate is not None else kern.serial_cycles
+        asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles
         compulsory = float(sum(moved.footprint_lines.values()))
         values = (
             ser_cycles + par_cycles / speedup,

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts
+from .kernel import VECTOR_CALL_COST
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
 _FP_CLASSES = frozenset({VEC_FMA, VEC_ARITH, SCALAR_FP})
 _TIR_FP_OPS = frozenset({"fma", "fadd", "fsub", "fmul", "fdiv", "fminmax", "fsqrt"})
-CALL_LANES = 20.0  # an exp/erf/... call expands to about this many FP operations
 _STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers when frames are omitted
 
 
@@ -78,10 +78,12 @@ def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts) -
 
 
 def tir_fp_lanes(tree: LoopTree) -> float:
-    """FP operations the TIR executes (one per element: what the FP lanes of the assembly add up to)."""
+    """FP operations the TIR executes (one per element: what the FP lanes of the assembly add up to). A call
+    that stays one instruction (sqrt, fabs, ...) is one operation; libm calls (exp, erf, ...) are not counted:
+    their bodies are not in the kernel's assembly, and `kernel.libm_lane_cycles` prices them."""
     total = 0.0
     for leaf in tree.statements():
         ops = sum(n for k, n in leaf.ops.items() if k in _TIR_FP_OPS)
-        ops += CALL_LANES * sum(n for k, n in leaf.ops.items() if k.startswith("call:"))
+        ops += sum(n for k, n in leaf.ops.items() if k.startswith("call:") and k.rsplit(".", 1)[-1] in VECTOR_CALL_COST)
         total += leaf.trips * ops
     return total

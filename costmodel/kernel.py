@@ -26,9 +26,9 @@ _FP_COST = {"fma": 1.0, "fadd": 1.0, "fsub": 1.0, "fmul": 1.0, "fminmax": 1.0, "
 # Math calls that LLVM keeps as vector instructions, in FP-pipe slots per vector operation. The libm ones
 # (exp, erf, tanh, log, ...) are scalarized on LLVM CPU targets: one call per lane (`KernelConfig.libm_cycles`).
 # Other calls (likely, reinterpret, ...) are free.
-_VECTOR_CALL_COST = {"sqrt": 6.0, "rsqrt": 7.0, "fabs": 1.0, "floor": 1.0, "ceil": 1.0, "trunc": 1.0, "round": 1.0,
+VECTOR_CALL_COST = {"sqrt": 6.0, "rsqrt": 7.0, "fabs": 1.0, "floor": 1.0, "ceil": 1.0, "trunc": 1.0, "round": 1.0,
                      "nearbyint": 1.0, "fma": 1.0, "copysign": 1.0}
-_LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
+LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
                          "sigmoid", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "atan2", "asinh",
                          "acosh", "atanh", "fmod", "hypot"})
 _INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
@@ -66,9 +66,9 @@ class KernelConfig:
             if not key.startswith("call:"):
                 continue
             name = key.rsplit(".", 1)[-1]
-            if name in _VECTOR_CALL_COST:
-                vector += _VECTOR_CALL_COST[name] * n
-            elif name in _LIBM_CALLS:
+            if name in VECTOR_CALL_COST:
+                vector += VECTOR_CALL_COST[name] * n
+            elif name in LIBM_CALLS:
                 per_lane += self.libm_cycles.get(name, self.libm_default_cycles) * n
         return vector, per_lane
 
@@ -307,6 +307,13 @@ def loop_overhead_cycles(tree: LoopTree, cfg: KernelConfig) -> float:
     for r in tree.roots:
         visit(r, 1)
     return total
+
+
+def libm_lane_cycles(tree: LoopTree, cfg: KernelConfig | None = None) -> float:
+    """Cycles of all libm calls (exp, erf, ...) of the program on one core: one call per element, each
+    `KernelConfig.libm_cycles`; what the calls cost no matter how the code around them is vectorized."""
+    cfg = cfg or KernelConfig()
+    return sum(leaf.trips * cfg.call_costs(leaf.ops)[1] for leaf in tree.statements())
 
 
 def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None = None) -> KernelEstimate:

@@ -9,6 +9,7 @@ from tvm import s_tir, te
 import drytune as dt
 from drytune.costmodel import asm
 from drytune.costmodel.fpratio import cycles_per_fp_lane, fp_lanes, stack_accesses_per_fp_lane, tir_fp_lanes
+from drytune.costmodel.kernel import KernelConfig, libm_lane_cycles
 from drytune.costmodel.listsched import ListScheduler
 from drytune.costmodel.looptree import LoopTree
 
@@ -70,7 +71,9 @@ def test_tir_fp_lanes_count_every_element_operation():
     B = te.placeholder((32, 8), "float32", name="B")
     k = te.reduce_axis((0, 32), name="k")
     C = te.compute((16, 8), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    D = te.compute((16, 8), lambda i, j: te.exp(C[i, j]) + C[i, j], name="D")
+    D = te.compute((16, 8), lambda i, j: te.exp(C[i, j]) + te.sqrt(C[i, j]) + C[i, j], name="D")
     tree = LoopTree.from_mod(s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, D])})).mod)
-    # 16*8*32 FMAs, then per element one add and one exp call (counted as 20 operations)
-    assert tir_fp_lanes(tree) == 16 * 8 * 32 + 16 * 8 * (1 + 20)
+    # 16*8*32 FMAs, then per element two adds and a sqrt (one instruction); the exp call is priced apart
+    assert tir_fp_lanes(tree) == 16 * 8 * 32 + 16 * 8 * 3
+    cfg = KernelConfig()
+    assert libm_lane_cycles(tree, cfg) == pytest.approx(16 * 8 * cfg.libm_cycles["exp"])
