@@ -749,11 +749,14 @@ class LoopTree:
     _key: tuple | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_mod(cls, mod: tvm.IRModule | tirx.PrimFunc, func_name: str = "main") -> LoopTree:
-        """Build the tree of `mod[func_name]` (or of a bare PrimFunc)."""
+    def from_mod(cls, mod: tvm.IRModule | tirx.PrimFunc, func_name: str = "main", compact: bool = True) -> LoopTree:
+        """Build the tree of `mod[func_name]` (or of a bare PrimFunc); `compact`: index intermediate buffers
+        as TVM allocates them (see `_compact_intermediates`), not as whole arrays."""
         func = mod[func_name] if isinstance(mod, tvm.IRModule) else mod
         b = _Builder()
         roots = b.stmt(func.body, _Ctx())
+        if compact:
+            _compact_intermediates(roots, b.extents, {str(p.name) for p in func.params})
         return cls(roots=roots, extents=dict(b.extents))
 
     def walk(self) -> Iterator[Node]:
@@ -789,6 +792,77 @@ class LoopTree:
             for k, v in s.ops.items():
                 out[k] += v * s.trips
         return out
+
+
+def _compact_intermediates(roots: list[Node], extents: Mapping[str, int], params: set[str]) -> None:
+    """Index each intermediate buffer as TVM stores it: allocated inside the deepest loop enclosing all its
+    accesses and shrunk to what one iteration of that loop touches (TVM's buffer-allocation planning and
+    compaction). A pad computed at an inner loop is then a few lines reused in place, not a whole buffer
+    streamed through the caches. Loops bound to GPU threads stay outside (global buffers are not allocated
+    per thread); a buffer whose indices mix those loops with inner ones keeps its shape."""
+    uses: dict[str, list[tuple[tuple[LoopNode, ...], Access]]] = {}
+
+    def visit(node: Node, path: tuple[LoopNode, ...]) -> None:
+        if node.is_loop:
+            for c in node.children:
+                visit(c, path + (node,))
+            return
+        for a in node.accesses:
+            if a.buffer not in params:
+                uses.setdefault(a.buffer, []).append((path, a))
+
+    for r in roots:
+        visit(r, ())
+    for accs in uses.values():
+        prefix: list[LoopNode] = []
+        for level in zip(*(p for p, _ in accs), strict=False):
+            if any(lp is not level[0] for lp in level) or level[0].thread_tag or level[0].alias_of:
+                break
+            prefix.append(level[0])
+        if prefix:
+            _compact(accs, {lp.var for lp in prefix}, extents)
+
+
+def _compact(accs: list[tuple[tuple, Access]], outer: set[str], extents: Mapping[str, int]) -> None:
+    """Drop the loops in `outer` from the indices of one buffer's accesses and shrink its shape to the rest."""
+    split: list[list[IndexExpr]] = []
+    outer_parts: list[tuple] | None = None
+    for _, a in accs:
+        inner_idx, outs = [], []
+        for ix in a.indices:
+            if ix.is_opaque:
+                if not ix.opaque_vars <= outer:
+                    return
+                inner_idx.append(IndexExpr.constant(0))
+                outs.append(("opaque", ix.bounds))
+                continue
+            keep, drop = {}, {}
+            for t, c in ix.terms:
+                used = {t} if isinstance(t, str) else t.arg.loop_vars()
+                if all(extents.get(v, 1) <= 1 for v in used):
+                    continue  # a unit loop: always 0
+                if used <= outer:
+                    drop[t] = c
+                elif used & outer:
+                    return  # an index mixing an outer and an inner loop: not separable
+                else:
+                    keep[t] = c
+            inner_idx.append(IndexExpr.from_terms(keep, ix.const))
+            outs.append(tuple(sorted(drop.items(), key=lambda kv: _term_key(kv[0]))))
+        if outer_parts is None:
+            outer_parts = outs
+        elif outs != outer_parts:
+            return  # accesses at different offsets of the outer loops: TVM's region covers both; keep it whole
+        split.append(inner_idx)
+    shape, lows = [], []
+    for dim in range(len(split[0])):
+        ivs = [idx[dim].interval(extents) for idx in split]
+        lo, hi = int(min(i[0] for i in ivs)), int(max(i[1] for i in ivs))
+        shape.append(min(hi - lo + 1, accs[0][1].shape[dim]))
+        lows.append(lo)
+    for (_, a), idx in zip(accs, split, strict=True):
+        a.shape = tuple(shape)
+        a.indices = tuple(ix.add(IndexExpr.constant(-lo)) for ix, lo in zip(idx, lows, strict=True))
 
 
 def _node_key(n: Node) -> tuple:

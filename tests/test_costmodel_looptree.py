@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import s_tir, te, tirx
 
 from drytune.costmodel.looptree import DivMod, IndexExpr, LoopTree, LoopTreeError, make_divmod
@@ -220,3 +221,48 @@ def test_repeated_subexpressions_are_counted_once():
     # max(A*2+1, 0) once: one fma (A*2+1), one max; then t*t+t: one fma
     assert stmt.ops["fma"] == 2 and stmt.ops["fminmax"] == 1
     assert stmt.ops["load"] == 1 and len([a for a in stmt.accesses if not a.is_write]) == 1
+
+
+def _pad_pool(at_consumer: bool) -> tvm.IRModule:
+    data = te.placeholder((1, 4, 16, 16), "float32", name="data")
+    pad = te.compute((1, 4, 18, 18), lambda n, c, h, w: tirx.if_then_else(
+        tirx.all(h >= 1, h < 17, w >= 1, w < 17), data[n, c, h - 1, w - 1], tirx.const(-1e30, "float32")), name="pad")
+    rh, rw = te.reduce_axis((0, 3), name="rh"), te.reduce_axis((0, 3), name="rw")
+    out = te.compute((1, 4, 8, 8), lambda n, c, y, x: te.max(pad[n, c, 2 * y + rh, 2 * x + rw], axis=[rh, rw]),
+                     name="out")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([data, out])}))
+    if at_consumer:
+        sch.compute_at(sch.get_sblock("pad"), sch.get_loops(sch.get_sblock("out"))[3])
+    return sch.mod
+
+
+def _tvm_alloc_shapes(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
+    """Shapes of the buffers TVM allocates after planning their location and compacting them."""
+    for name in ("LowerInitBlock", "PlanAndUpdateBufferAllocationLocation", "ConvertBlocksToOpaque",
+                 "CompactBufferAllocation"):
+        mod = getattr(s_tir.transform, name)()(mod)
+    shapes = {}
+
+    def visit(block) -> None:
+        for buf in block.alloc_buffers:
+            shapes[str(buf.name)] = tuple(int(s) for s in buf.shape)
+
+    tvm_ffi.structural_walk(mod["main"].body, [(s_tir.SBlock, visit)], order="pre")
+    return shapes
+
+
+@pytest.mark.parametrize("at_consumer", [False, True])
+def test_intermediate_buffers_are_indexed_as_tvm_compacts_them(at_consumer):
+    mod = _pad_pool(at_consumer)
+    tree = LoopTree.from_mod(mod)
+    pads = [a for a in tree.accesses() if a.buffer == "pad"]
+    assert {a.shape for a in pads} == {_tvm_alloc_shapes(mod)["pad"]}
+    expected = (1, 1, 3, 3) if at_consumer else (1, 4, 18, 18)
+    assert pads[0].shape == expected
+    for a in pads:  # every index stays inside the compacted buffer
+        for ix, size in zip(a.indices, a.shape, strict=True):
+            lo, hi = ix.interval(tree.extents)
+            assert 0 <= lo and hi < size
+    if at_consumer:  # the loops outside the allocation no longer address the buffer
+        assert all(not ix.loop_vars() & {"n", "c", "y", "x"} for a in pads for ix in a.indices)
+    assert all(a.shape == (1, 4, 16, 16) for a in tree.accesses() if a.buffer == "data")
