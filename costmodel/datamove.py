@@ -753,8 +753,8 @@ class _Analysis:
 
     def _ref(self, a: Access, conds: tuple[IndexExpr, ...]) -> _AccRef:
         if a.buffer not in self.layouts:
-            self.layouts[a.buffer] = LineLayout.of(a.shape, a.dtype_bytes, self.line_bytes)
-        idx, cs = a.indices, conds
+            self.layouts[a.buffer] = LineLayout.of(a.mem_shape, a.dtype_bytes, self.line_bytes)
+        idx, cs = a.mem_indices, conds
         if self.subst:
             idx = tuple(e.substitute(self.subst, self.extents) for e in idx)
             cs = tuple(c.substitute(self.subst, self.extents) for c in cs)
@@ -845,7 +845,7 @@ class _Analysis:
 
 def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:
     """Mixed-radix digits of the loops of `tree` used through floordiv/floormod (fused loops)."""
-    exprs = [e for st in tree.statements() for e in (*st.conditions, *(x for a in st.accesses for x in a.indices))]
+    exprs = [e for st in tree.statements() for e in (*st.conditions, *(x for a in st.accesses for x in a.mem_indices))]
     return _digits_of(exprs, extents)
 
 

@@ -285,6 +285,19 @@ class Access:
     indices: tuple[IndexExpr, ...]
     is_write: bool
     conditional: bool = False  # inside if_then_else/select: may not execute
+    # Where the element is stored when TVM allocates the buffer inside a loop and shrinks it (intermediates,
+    # see `_compact_intermediates`); None: as `shape`/`indices`. Data movement reads these, the kernel model
+    # the logical ones (a re-initialised accumulator is a new value per outer iteration, not one chain).
+    storage_shape: tuple[int, ...] | None = None
+    storage_indices: tuple[IndexExpr, ...] | None = None
+
+    @property
+    def mem_shape(self) -> tuple[int, ...]:
+        return self.shape if self.storage_shape is None else self.storage_shape
+
+    @property
+    def mem_indices(self) -> tuple[IndexExpr, ...]:
+        return self.indices if self.storage_indices is None else self.storage_indices
 
     @property
     def affine(self) -> bool:
@@ -824,7 +837,7 @@ def _compact_intermediates(roots: list[Node], extents: Mapping[str, int], params
 
 
 def _compact(accs: list[tuple[tuple, Access]], outer: set[str], extents: Mapping[str, int]) -> None:
-    """Drop the loops in `outer` from the indices of one buffer's accesses and shrink its shape to the rest."""
+    """Storage indices of one buffer's accesses: the loops in `outer` dropped, the shape shrunk to the rest."""
     split: list[list[IndexExpr]] = []
     outer_parts: list[tuple] | None = None
     for _, a in accs:
@@ -861,8 +874,8 @@ def _compact(accs: list[tuple[tuple, Access]], outer: set[str], extents: Mapping
         shape.append(min(hi - lo + 1, accs[0][1].shape[dim]))
         lows.append(lo)
     for (_, a), idx in zip(accs, split, strict=True):
-        a.shape = tuple(shape)
-        a.indices = tuple(ix.add(IndexExpr.constant(-lo)) for ix, lo in zip(idx, lows, strict=True))
+        a.storage_shape = tuple(shape)
+        a.storage_indices = tuple(ix.add(IndexExpr.constant(-lo)) for ix, lo in zip(idx, lows, strict=True))
 
 
 def _node_key(n: Node) -> tuple:

@@ -43,10 +43,10 @@ def brute_footprint(tree: LoopTree, nodes, line_bytes: int) -> dict[str, int]:
             for a in n.accesses:
                 if a.scope != "global":
                     continue
-                idx = [e.evaluate(vals) for e in a.indices]
-                lay = LineLayout.of(a.shape, a.dtype_bytes, line_bytes)
+                idx = [e.evaluate(vals) for e in a.mem_indices]
+                lay = LineLayout.of(a.mem_shape, a.dtype_bytes, line_bytes)
                 addr = 0
-                for d, s in enumerate(a.shape):
+                for d, s in enumerate(a.mem_shape):
                     addr = addr * s + idx[d]
                 lines.setdefault(a.buffer, set()).add(addr // lay.epl)
 
