@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts
-from .kernel import VECTOR_CALL_COST
+from .kernel import VECTOR_CALL_COST, call_name
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
@@ -84,6 +84,6 @@ def tir_fp_lanes(tree: LoopTree) -> float:
     total = 0.0
     for leaf in tree.statements():
         ops = sum(n for k, n in leaf.ops.items() if k in _TIR_FP_OPS)
-        ops += sum(n for k, n in leaf.ops.items() if k.startswith("call:") and k.rsplit(".", 1)[-1] in VECTOR_CALL_COST)
+        ops += sum(n for k, n in leaf.ops.items() if call_name(k) in VECTOR_CALL_COST)
         total += leaf.trips * ops
     return total

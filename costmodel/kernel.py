@@ -27,11 +27,16 @@ _FP_COST = {"fma": 1.0, "fadd": 1.0, "fsub": 1.0, "fmul": 1.0, "fminmax": 1.0, "
 # (exp, erf, tanh, log, ...) are scalarized on LLVM CPU targets: one call per lane (`KernelConfig.libm_cycles`).
 # Other calls (likely, reinterpret, ...) are free.
 VECTOR_CALL_COST = {"sqrt": 6.0, "rsqrt": 7.0, "fabs": 1.0, "floor": 1.0, "ceil": 1.0, "trunc": 1.0, "round": 1.0,
-                     "nearbyint": 1.0, "fma": 1.0, "copysign": 1.0}
-LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
+                    "nearbyint": 1.0, "fma": 1.0, "copysign": 1.0}
+_LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
                          "sigmoid", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "atan2", "asinh",
                          "acosh", "atanh", "fmod", "hypot"})
 _INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
+
+
+def call_name(op_key: str) -> str | None:
+    """The function a statement's op key counts ("call:tirx.exp" -> "exp"), None for other ops."""
+    return op_key.rsplit(".", 1)[-1] if op_key.startswith("call:") else None
 
 
 @dataclass(frozen=True)
@@ -63,12 +68,12 @@ class KernelConfig:
         """(FP-pipe slots per vector operation, cycles per lane) of the calls among a statement's `ops`."""
         vector = per_lane = 0.0
         for key, n in ops.items():
-            if not key.startswith("call:"):
+            name = call_name(key)
+            if name is None:
                 continue
-            name = key.rsplit(".", 1)[-1]
             if name in VECTOR_CALL_COST:
                 vector += VECTOR_CALL_COST[name] * n
-            elif name in LIBM_CALLS:
+            elif name in _LIBM_CALLS:
                 per_lane += self.libm_cycles.get(name, self.libm_default_cycles) * n
         return vector, per_lane
 
