@@ -160,10 +160,10 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     # operator: in-sample here, reported apart)
     default_path = os.path.join(COEFF_DIR, f"{spec.arch}-default.json")
     default = Coefficients.load(default_path).vector()
-    calibrated_path = default_coefficients_path(spec, cpu)
-    calibrated = Coefficients.load(calibrated_path).vector() if calibrated_path != default_path else None
     if fit_out:
         write_fit(by_op, spec, data_path, default, fit_out)
+    calibrated_path = default_coefficients_path(spec, cpu)  # read after a --fit-out that may have rewritten it
+    calibrated = Coefficients.load(calibrated_path).vector() if calibrated_path != default_path else None
     table = []
     for op in ops:
         if op not in by_op or len(by_op[op]) < 20:

@@ -10,6 +10,11 @@ only across the bodies that fit in the reorder window. Vectorization is credited
 lane that walks a non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose
 innermost iterating loop is spatial are loaded and stored every iteration. Each iteration of a loop that
 is not unrolled pays a small loop overhead, which makes tiny bodies in long loops expensive.
+
+What LLVM does to the TIR after TVM is modelled where it changes the cost by large factors: its loop
+vectorizer takes a contiguous innermost spatial loop, its SLP vectorizer packs the copies of an unrolled one,
+small intermediates indexed only by unrolled loops live in registers (scalar replacement), and the
+floordiv/floormod that split a fused loop back into indices are computed in every iteration.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..target import HardwareSpec
-from .looptree import Access, LoopNode, LoopTree, StmtLeaf
+from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf
 
 # Arithmetic op kinds of `StmtLeaf.ops` and their cost in FP-pipe slots per (vector) operation.
 _FP_COST = {"fma": 1.0, "fadd": 1.0, "fsub": 1.0, "fmul": 1.0, "fminmax": 1.0, "select": 1.0, "fcmp": 1.0,
@@ -54,8 +59,12 @@ class KernelConfig:
     reorder_window: float = 256.0  # micro-ops in flight (reorder buffer): how many bodies' chains overlap
     gather_cost: float = 1.0  # cycles per lane of a gathered (non-contiguous) vector access
     int_cost: float = 0.5  # issue slots per integer op that survives in the body (guards, indices)
-    auto_vectorize: bool = False  # credit LLVM's vectorization of a contiguous innermost spatial loop
+    register_array_elems: int = 64  # largest intermediate (elements) LLVM scalar-replaces into registers
+    divmod_cost: float = 6.0  # integer micro-ops of a floordiv/floormod by a constant that is not a power of two
+    auto_vectorize: bool = True  # credit LLVM's vectorization of a contiguous innermost spatial loop
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
+    slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
+    slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
@@ -145,6 +154,33 @@ def _distinct(acc: Access, body: dict[str, int]) -> int:
     return n
 
 
+def _divmods(expr: IndexExpr):
+    """Every floordiv/floormod term of `expr`, nested ones included."""
+    for t, _ in expr.terms:
+        if isinstance(t, DivMod):
+            yield t
+            yield from _divmods(t.arg)
+
+
+def index_ops(accesses: list[Access], inner: str | None, unrolled: dict[str, int], cfg: KernelConfig) -> float:
+    """Integer micro-ops per body execution of the floordiv/floormod index terms that change with the innermost
+    iterating loop `inner` (fused loops): LLVM hoists the others out of it, but computes these once per
+    iteration, per distinct value over the unrolled loops (a power-of-two divisor is one shift or mask)."""
+    if inner is None:
+        return 0.0
+    seen: dict[tuple, float] = {}
+    for acc in accesses:
+        for ix in acc.indices:
+            for t in _divmods(ix):
+                key = (t.op, t.divisor, t.arg)
+                if key in seen or inner not in t.arg.loop_vars():
+                    continue
+                cost = 1.0 if t.divisor & (t.divisor - 1) == 0 else cfg.divmod_cost
+                used = t.arg.loop_vars()
+                seen[key] = cost * math.prod(e for v, e in unrolled.items() if v in used)
+    return sum(seen.values())
+
+
 def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float
                 ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
     """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
@@ -176,18 +212,43 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float
     return [lp for lp in path[:i] if lp.extent > 1], body, by_llvm
 
 
-def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
-                     details: dict | None = None) -> tuple[float, str]:
-    """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
-    `details`, when given, receives the body's numbers (for reports and tests)."""
-    lanes = spec.vector_lanes(32)
+def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig):
+    """(FP-pipe slots, libm cycles per lane, integer ops) of one instance of `leaf`, and its loops split by
+    `_body_loops` (iterating, body, unrolled by LLVM)."""
     vec_path = next((lp for lp in reversed(path) if lp.kind == "vectorized"), None)
     fp = sum(_FP_COST.get(k, 0.0) * n for k, n in leaf.ops.items())
     vector_calls, lane_calls = cfg.call_costs(leaf.ops)
     fp += vector_calls
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
-    stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, lanes) if vec_path else 1)
-    outer, body, by_llvm = _body_loops(path, stmt_insts, cfg.llvm_unroll_budget)
+    stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, spec.vector_lanes(32)) if vec_path else 1)
+    return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget))
+
+
+def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> frozenset[str]:
+    """Intermediates LLVM keeps in registers (scalar replacement of the allocation): compacted to at most
+    `cfg.register_array_elems` elements and, at every access, indexed only by loops unrolled or vectorized
+    there, so that each element is a constant offset."""
+    fits: dict[str, bool] = {}
+    for _, items in _paths(tree):
+        for leaf, path in items:
+            inner = None
+            for acc in leaf.accesses:
+                if acc.storage_shape is None or not fits.get(acc.buffer, True):
+                    continue
+                if inner is None:
+                    inner = {lp.var for lp in _split_loops(leaf, path, spec, cfg)[4]}
+                used = set().union(*(ix.loop_vars() for ix in acc.storage_indices))
+                fits[acc.buffer] = math.prod(acc.storage_shape) <= cfg.register_array_elems and used <= inner
+    return frozenset(b for b, ok in fits.items() if ok)
+
+
+def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
+                     details: dict | None = None, registers: frozenset[str] = frozenset()) -> tuple[float, str]:
+    """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
+    `registers` are the intermediates held in registers (`register_buffers`: no loads or stores);
+    `details`, when given, receives the body's numbers (for reports and tests)."""
+    lanes = spec.vector_lanes(32)
+    fp, lane_calls, ints, outer, body, by_llvm = _split_loops(leaf, path, spec, cfg)
     vec_loop = next((lp for lp in body if lp.kind == "vectorized"), None)
     writes = [a for a in leaf.accesses if a.is_write]
     out = writes[0] if writes else None
@@ -200,19 +261,37 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         outer = outer + [vec_loop]
         body = [lp for lp in body if lp is not vec_loop]
         vec_loop, vec = None, None
-    if vec_loop is None and outer and cfg.auto_vectorize and out is not None and not by_llvm:
+    in_regs = out is not None and out.buffer in registers
+    lanes_unrolled = None
+    if vec_loop is not None and in_regs and cfg.auto_vectorize:
+        # a TVM vector written to a register array is only its elements: LLVM may vectorize the loop around
+        lanes_unrolled, vec_loop, vec = vec_loop, None, None
+    branchy = by_llvm and (leaf.predicated or any(a.conditional for a in reads))
+    if vec_loop is None and outer and cfg.auto_vectorize and out is not None and not branchy:
         cand = outer[-1]
-        if cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min and _access_kind(out, cand.var) == "contig" \
-                and all(_access_kind(a, cand.var) != "gather" for a in reads):
+        if cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min \
+                and (_access_kind(out, cand.var) == "contig" or (in_regs and cand.var in out_vars)) \
+                and all(_access_kind(a, cand.var) != "gather" for a in reads if a.buffer not in registers):
             # LLVM's loop vectorizer takes the innermost loop left after TVM's unrolling when it is a
             # contiguous spatial loop with a straight-line body (inner loops that LLVM itself has to unroll
             # keep their guards as branches, which stops it); remainders run as narrower vectors here
             vec_loop, vec = cand, cand.var
             outer = outer[:-1]
             body = body + [cand]
+            lanes_unrolled = None
+    if lanes_unrolled is not None:  # not vectorized around after all: the TVM vector stays
+        vec_loop, vec = lanes_unrolled, lanes_unrolled.var
+    if vec_loop is None and cfg.slp_vectorize and out is not None:
+        # LLVM's SLP vectorizer packs the copies of an unrolled spatial loop that writes contiguous elements
+        vec_loop = next((lp for lp in body if lp.extent >= cfg.slp_min and lp.var in out_vars
+                         and _access_kind(out, lp.var) == "contig"
+                         and all(_access_kind(a, lp.var) != "gather" for a in reads if a.buffer not in registers)),
+                        None)
+        vec = vec_loop.var if vec_loop is not None else None
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
-    unrolled = {lp.var: lp.extent for lp in body if lp is not vec_loop and lp.kind != "vectorized" and lp.extent > 1}
+    unrolled = {lp.var: lp.extent for lp in body if lp is not vec_loop and lp.extent > 1
+                and (lp.kind != "vectorized" or lp is lanes_unrolled)}
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
     fp_ops = stmts * vops * fp
@@ -224,7 +303,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     int_ops = sites * ints * cfg.int_cost
     loads = stores = gathers = shuffles = 0.0
     for a in reads:
-        if is_update and a.buffer == out.buffer:
+        if (is_update and a.buffer == out.buffer) or a.buffer in registers:
             continue
         kind = _access_kind(a, vec)
         n = _distinct(a, unrolled)
@@ -247,6 +326,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
+        elif in_regs:
+            pass
         elif is_update:
             loads += n_out
             stores += n_out
@@ -254,6 +335,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += spill
         else:
             stores += n_out
+    int_ops += index_ops(leaf.accesses, inner_iter.var if inner_iter is not None else None, unrolled, cfg)
     uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
     if is_update and not chain and stmts * vops > n_out:
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
@@ -327,10 +409,11 @@ def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None =
     cfg = cfg or KernelConfig()
     per_core = serial = 0.0
     bounds: dict[str, float] = {}
+    registers = register_buffers(tree, spec, cfg)
     for root, items in _paths(tree):
         nest = 0.0
         for leaf, path in items:
-            c, b = statement_cycles(leaf, path, spec, cfg)
+            c, b = statement_cycles(leaf, path, spec, cfg, registers=registers)
             nest += c
             bounds[b] = bounds.get(b, 0.0) + c
         par = _first_parallel_extent(root)

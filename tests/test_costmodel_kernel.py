@@ -10,7 +10,14 @@ import tvm
 from tvm import s_tir, te
 
 import drytune as dt
-from drytune.costmodel.kernel import KernelConfig, _access_kind, _vector_ops, kernel_cycles, statement_cycles
+from drytune.costmodel.kernel import (
+    KernelConfig,
+    _access_kind,
+    _vector_ops,
+    kernel_cycles,
+    register_buffers,
+    statement_cycles,
+)
 from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
 
 SPEC = dataclasses.replace(dt.spec_for("x86-avx512"), cores=2)  # 16 fp32 lanes
@@ -236,3 +243,94 @@ def test_libm_calls_cost_one_call_per_lane_and_vector_intrinsics_one_op_per_vect
     sqrt_vec, det = _details(_unary(te.sqrt), "B")
     assert det["libm_calls"] == 0
     assert sqrt_vec < 1024
+
+
+def _asm(sch: s_tir.Schedule) -> str:
+    target, _ = dt.resolve_target("x86-avx512")
+    return tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+
+
+def _packed(asm: str, op: str) -> int:
+    """Packed (ymm/zmm) instructions `op` in the assembly: LLVM vectorized the code."""
+    return sum(1 for line in asm.splitlines() if line.strip().startswith(op) and ("%zmm" in line or "%ymm" in line))
+
+
+def _fused_copy(shape: tuple[int, ...]) -> s_tir.Schedule:
+    X = te.placeholder(shape, "float32", name="X")
+    Y = te.compute(shape, lambda *i: X(*i) + 1.0, name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    sch.fuse(*sch.get_loops(sch.get_sblock("Y")))
+    return sch
+
+
+def test_fused_loop_indices_pay_their_divisions_every_iteration():
+    """A fused loop over (8, 56, 56) is split back into indices with f // 3136, f % 3136, (f % 3136) // 56 and
+    f % 56 in every iteration (constant divisors: multiply-high sequences); over (8, 64, 64) they are shifts and
+    masks, one micro-op each."""
+    _, odd = _details(_fused_copy((8, 56, 56)), "Y")
+    _, pow2 = _details(_fused_copy((8, 64, 64)), "Y")
+    assert odd["int_ops"] == 4 * CFG.divmod_cost
+    assert pow2["int_ops"] == 4
+    assert odd["issue"] > pow2["issue"]
+
+
+def _max_pool(pad_inside_x: bool, unroll: int = 64) -> s_tir.Schedule:
+    """3x3 stride-2 max pooling over a padded copy; the pad computed at the root or inside the x loop."""
+    data = te.placeholder((1, 8, 32, 32), "float32", name="data")
+    pad = te.compute((1, 8, 34, 34), lambda n, c, h, w: tvm.tirx.if_then_else(
+        tvm.tirx.all(h >= 1, h < 33, w >= 1, w < 33), data[n, c, h - 1, w - 1], tvm.tirx.const(-3.0e38, "float32")),
+        name="pad")
+    rh = te.reduce_axis((0, 3), name="rh")
+    rw = te.reduce_axis((0, 3), name="rw")
+    pool = te.compute((1, 8, 16, 16), lambda n, c, y, x: te.max(pad[n, c, y * 2 + rh, x * 2 + rw], axis=[rh, rw]),
+                      name="pool")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([data, pool])}))
+    blk = sch.get_sblock("pool")
+    n, c, y, x, _, _ = sch.get_loops(blk)
+    if pad_inside_x:
+        sch.compute_at(sch.get_sblock("pad"), x)
+    sch.annotate(n, "pragma_auto_unroll_max_step", unroll)
+    sch.annotate(n, "pragma_unroll_explicit", 1)
+    return sch
+
+
+def test_small_intermediate_inside_the_loop_is_kept_in_registers_and_the_loop_vectorized():
+    """A 3x3 pad computed inside the pooling loop x (its window unrolled) becomes registers: no stores or
+    loads of it, and LLVM's loop vectorizer runs x (stride-2 loads of the input) in vector lanes. At the root,
+    the pad is a whole buffer and stays one. LLVM's output shows the packed max instructions."""
+    inside = _max_pool(pad_inside_x=True)
+    tree = LoopTree.from_mod(inside.mod)
+    assert register_buffers(tree, SPEC, CFG) == frozenset({"pad"})
+    assert register_buffers(LoopTree.from_mod(_max_pool(pad_inside_x=False).mod), SPEC, CFG) == frozenset()
+    regs = register_buffers(tree, SPEC, CFG)
+    for block in ("pad", "pool"):
+        leaf, path = _leaf_and_path(tree, block)
+        det: dict = {}
+        statement_cycles(leaf, path, SPEC, CFG, det, registers=regs)
+        assert det["lanes"] == 16, (block, det)  # x, vectorized by LLVM
+        if block == "pad":
+            assert det["stores"] == 0, det
+        else:
+            assert det["loads"] == 0, det  # the pool's accumulator lives in registers; the pad too
+    assert _packed(_asm(inside), "vmaxps") > 0
+    # without the flag (the previous model) neither statement is vectorized
+    off = dataclasses.replace(CFG, auto_vectorize=False, slp_vectorize=False)
+    leaf, path = _leaf_and_path(tree, "pad")
+    det = {}
+    statement_cycles(leaf, path, SPEC, off, det, registers=regs)
+    assert det["lanes"] == 1
+
+
+def test_unrolled_contiguous_spatial_loop_is_slp_vectorized():
+    """x of the pool unrolled by TVM (auto-unroll 512 covers 16 x 9 statements): LLVM's SLP vectorizer packs
+    the 16 copies into vector lanes; the model credits them, and the assembly has packed max instructions."""
+    sch = _max_pool(pad_inside_x=False, unroll=512)
+    tree = LoopTree.from_mod(sch.mod)
+    leaf, path = _leaf_and_path(tree, "pool")
+    det: dict = {}
+    statement_cycles(leaf, path, SPEC, CFG, det)
+    assert det["lanes"] == 16 and det["inner_extent"] == 16  # x packed; y iterates
+    det_off: dict = {}
+    statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, slp_vectorize=False), det_off)
+    assert det_off["lanes"] == 1 and det_off["statements"] == 16 * 9
+    assert _packed(_asm(sch), "vmaxps") > 0
