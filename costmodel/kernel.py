@@ -19,6 +19,7 @@ floordiv/floormod that split a fused loop back into indices are computed in ever
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -216,6 +217,11 @@ def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: 
     """(FP-pipe slots, libm cycles per lane, integer ops) of one instance of `leaf`, and its loops split by
     `_body_loops` (iterating, body, unrolled by LLVM)."""
     vec_path = next((lp for lp in reversed(path) if lp.kind == "vectorized"), None)
+    if vec_path is not None and vec_path.var in leaf.guard_vars:
+        # TVM's VectorizeLoop scalarizes an if_then_else whose condition changes across the lanes (a padding
+        # guard): the loop runs serially, unrolled or not, and is left to LLVM's vectorizers
+        path = [dataclasses.replace(lp, kind="serial") if lp is vec_path else lp for lp in path]
+        vec_path = None
     fp = sum(_FP_COST.get(k, 0.0) * n for k, n in leaf.ops.items())
     vector_calls, lane_calls = cfg.call_costs(leaf.ops)
     fp += vector_calls
@@ -266,25 +272,34 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     if vec_loop is not None and in_regs and cfg.auto_vectorize:
         # a TVM vector written to a register array is only its elements: LLVM may vectorize the loop around
         lanes_unrolled, vec_loop, vec = vec_loop, None, None
-    branchy = by_llvm and (leaf.predicated or any(a.conditional for a in reads))
-    if vec_loop is None and outer and cfg.auto_vectorize and out is not None and not branchy:
-        cand = outer[-1]
-        if cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min \
+    if vec_loop is None and cfg.auto_vectorize and out is not None:
+        # LLVM's loop vectorizer takes the innermost loop left after TVM's unrolling when it is a contiguous
+        # spatial loop: the statement's own innermost loop (even one LLVM would unroll; guards become masked
+        # loads), or the innermost iterating loop when any loops inside it that LLVM unrolls are free of guards
+        # (theirs stay branches, which stops it); remainders run as narrower vectors here
+        innermost = next((lp.var for lp in reversed(path) if lp.extent > 1), None)
+        if by_llvm and by_llvm[0].var == innermost:
+            cand, iterating = by_llvm[0], False
+        elif outer and not (by_llvm and (leaf.predicated or any(a.conditional for a in reads))):
+            cand, iterating = outer[-1], True
+        else:
+            cand = None
+        if cand is not None and cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min \
                 and (_access_kind(out, cand.var) == "contig" or (in_regs and cand.var in out_vars)) \
                 and all(_access_kind(a, cand.var) != "gather" for a in reads if a.buffer not in registers):
-            # LLVM's loop vectorizer takes the innermost loop left after TVM's unrolling when it is a
-            # contiguous spatial loop with a straight-line body (inner loops that LLVM itself has to unroll
-            # keep their guards as branches, which stops it); remainders run as narrower vectors here
             vec_loop, vec = cand, cand.var
-            outer = outer[:-1]
-            body = body + [cand]
+            if iterating:
+                outer = outer[:-1]
+                body = body + [cand]
             lanes_unrolled = None
     if lanes_unrolled is not None:  # not vectorized around after all: the TVM vector stays
         vec_loop, vec = lanes_unrolled, lanes_unrolled.var
     if vec_loop is None and cfg.slp_vectorize and out is not None:
         # LLVM's SLP vectorizer packs the copies of an unrolled spatial loop that writes contiguous elements
+        # (not across guarded loads: each copy's guard is a branch)
         vec_loop = next((lp for lp in body if lp.extent >= cfg.slp_min and lp.var in out_vars
                          and _access_kind(out, lp.var) == "contig"
+                         and lp.var not in leaf.guard_vars
                          and all(_access_kind(a, lp.var) != "gather" for a in reads if a.buffer not in registers)),
                         None)
         vec = vec_loop.var if vec_loop is not None else None

@@ -319,6 +319,7 @@ class StmtLeaf:
     conditions: tuple[IndexExpr, ...] = ()  # affine guards, each meaning `expr >= 0`
     predicated: bool = False  # block predicate or IfThenElse around it
     has_select: bool = False  # if_then_else / select in the value
+    guard_vars: frozenset[str] = frozenset()  # loop variables the conditions of those selects depend on
     init: bool = False  # reduction init (runs once per spatial point)
     trips: int = 1  # product of the enclosing loop extents
 
@@ -397,6 +398,7 @@ class _Builder:
         self.used_names: set[str] = set()
         self.bound_tags: dict[str, tuple[str, int]] = {}  # thread tag -> (loop var, extent) of enclosing loops
         self.seen: set[tuple[int, bool]] = set()  # subexpressions of the current statement already counted
+        self.guard_vars: frozenset[str] = frozenset()  # loop variables of the current statement's select conditions
 
     # -- expressions ----------------------------------------------------------------------------
     def index(self, e) -> IndexExpr:
@@ -563,6 +565,7 @@ class _Builder:
             ops["select"] += 1
             args = [e.condition, e.true_value, e.false_value] if isinstance(e, tirx.Select) else list(e.args)
             self.value(args[0], ops, loads, conditional)
+            self.guard_vars |= self._expr_vars(args[0])
             for a in args[1:]:
                 self.value(a, ops, loads, True)
             return True
@@ -597,13 +600,13 @@ class _Builder:
         if isinstance(s, tirx.BufferStore):
             ops: Counter = Counter()
             loads: list[Access] = []
-            self.seen = set()
+            self.seen, self.guard_vars = set(), frozenset()
             sel = self.value(s.value, ops, loads)
             for i in s.indices:
                 sel |= self.value(i, Counter(), loads)
             ops["store"] += 1
             store = self._buffer_access(s.buffer, s.indices, True, False)
-            return [ctx.leaf([store, *loads], ops, sel)]
+            return [ctx.leaf([store, *loads], ops, sel, self.guard_vars)]
         if isinstance(s, tirx.IfThenElse):
             conds, _ = self.conditions(s.condition)
             inner = ctx.guarded(conds)
@@ -617,9 +620,9 @@ class _Builder:
         if isinstance(s, tirx.Evaluate):
             ops = Counter()
             loads = []
-            self.seen = set()
+            self.seen, self.guard_vars = set(), frozenset()
             sel = self.value(s.value, ops, loads)
-            return [ctx.leaf(loads, ops, sel)] if loads else []
+            return [ctx.leaf(loads, ops, sel, self.guard_vars)] if loads else []
         if isinstance(s, tirx.AttrStmt):
             return self.stmt(s.body, ctx)
         if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.AssertStmt)):
@@ -691,7 +694,8 @@ class _Ctx:
     def as_init(self) -> _Ctx:
         return _Ctx(self.depth, self.trips, self.block, self.conds, self.predicated, True)
 
-    def leaf(self, accesses: list[Access], ops: Counter, has_select: bool) -> StmtLeaf:
+    def leaf(self, accesses: list[Access], ops: Counter, has_select: bool,
+             guard_vars: frozenset[str] = frozenset()) -> StmtLeaf:
         return StmtLeaf(
             block=self.block,
             accesses=accesses,
@@ -700,6 +704,7 @@ class _Ctx:
             conditions=self.conds,
             predicated=self.predicated,
             has_select=has_select,
+            guard_vars=guard_vars,
             init=self.init,
             trips=self.trips,
         )

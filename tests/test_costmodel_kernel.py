@@ -334,3 +334,38 @@ def test_unrolled_contiguous_spatial_loop_is_slp_vectorized():
     statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, slp_vectorize=False), det_off)
     assert det_off["lanes"] == 1 and det_off["statements"] == 16 * 9
     assert _packed(_asm(sch), "vmaxps") > 0
+
+
+def _vector_stores(mod: tvm.IRModule) -> bool:
+    """Whether TVM's lowering up to VectorizeLoop leaves vector (Ramp-indexed) stores in the program."""
+    st = s_tir.transform
+    passes = [st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
+              st.CompactBufferAllocation(), st.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(),
+              tvm.tirx.transform.VectorizeLoop(True)]
+    return "T.Ramp" in tvm.ir.transform.Sequential(passes)(mod).script()
+
+
+def test_vectorized_padding_guard_is_scalarized_as_tvm_does():
+    """A pad vectorized along its padded width: the if_then_else condition changes across the lanes, so TVM's
+    VectorizeLoop emits scalar stores in a serial loop; the model runs that loop serially (and may give it to
+    LLVM's loop vectorizer, not as one TVM vector). Padding only the height keeps TVM's vector."""
+    def padded(pad_width: bool) -> s_tir.Schedule:
+        X = te.placeholder((8, 30, 30), "float32", name="X")
+        w0 = 1 if pad_width else 0
+        P = te.compute((8, 32, 30 + 2 * w0), lambda c, h, w: tvm.tirx.if_then_else(
+            tvm.tirx.all(h >= 1, h < 31, *((w >= 1, w < 31) if pad_width else ())), X[c, h - 1, w - w0],
+            tvm.tirx.const(0.0, "float32")), name="P")
+        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, P])}))
+        sch.vectorize(sch.get_loops(sch.get_sblock("P"))[-1])
+        return sch
+
+    wide, tall = padded(pad_width=True), padded(pad_width=False)
+    assert not _vector_stores(wide.mod) and _vector_stores(tall.mod)
+    _, det = _details(wide, "P")
+    assert det["lanes"] == 32 and det["inner_extent"] == 32  # the serial loop, vectorized by LLVM as a loop
+    leaf, path = _leaf_and_path(LoopTree.from_mod(wide.mod), "P")
+    det_off: dict = {}
+    statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, auto_vectorize=False), det_off)
+    assert det_off["lanes"] == 1
+    _, det_tall = _details(tall, "P")
+    assert det_tall["lanes"] == 30 and det_tall["inner_extent"] == 32  # TVM's vector; h iterates
