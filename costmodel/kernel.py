@@ -11,7 +11,8 @@ lane that walks a non-contiguous address is a gather (one load per lane). Accumu
 innermost iterating loop is spatial are loaded and stored every iteration. Each iteration of a loop that
 is not unrolled pays a small loop overhead, which makes tiny bodies in long loops expensive.
 
-What LLVM does to the TIR after TVM is modelled where it changes the cost by large factors: its loop
+What TVM's lowering and LLVM do to the TIR is modelled where it changes the cost by large factors: TVM
+scalarizes a vector statement whose select condition changes across the lanes (padding guards); LLVM's loop
 vectorizer takes a contiguous innermost spatial loop, its SLP vectorizer packs the copies of an unrolled one,
 small intermediates indexed only by unrolled loops live in registers (scalar replacement), and the
 floordiv/floormod that split a fused loop back into indices are computed in every iteration.
