@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import tvm
+from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
@@ -275,20 +276,9 @@ def test_fused_loop_indices_pay_their_divisions_every_iteration():
 
 
 def _max_pool(pad_inside_x: bool, unroll: int = 64) -> s_tir.Schedule:
-    """3x3 stride-2 max pooling over a padded copy; the pad computed at the root or inside the x loop."""
-    data = te.placeholder((1, 8, 32, 32), "float32", name="data")
-    pad = te.compute((1, 8, 34, 34), lambda n, c, h, w: tvm.tirx.if_then_else(
-        tvm.tirx.all(h >= 1, h < 33, w >= 1, w < 33), data[n, c, h - 1, w - 1], tvm.tirx.const(-3.0e38, "float32")),
-        name="pad")
-    rh = te.reduce_axis((0, 3), name="rh")
-    rw = te.reduce_axis((0, 3), name="rw")
-    pool = te.compute((1, 8, 16, 16), lambda n, c, y, x: te.max(pad[n, c, y * 2 + rh, x * 2 + rw], axis=[rh, rw]),
-                      name="pool")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([data, pool])}))
-    blk = sch.get_sblock("pool")
-    n, c, y, x, _, _ = sch.get_loops(blk)
-    if pad_inside_x:
-        sch.compute_at(sch.get_sblock("pad"), x)
+    """`max_pool_over_pad` on 32x32 (16 output columns: one AVX-512 vector) under auto-unroll `unroll`."""
+    sch = max_pool_over_pad(32, 8, pad_inside_x)
+    n = sch.get_loops(sch.get_sblock("pool"))[0]
     sch.annotate(n, "pragma_auto_unroll_max_step", unroll)
     sch.annotate(n, "pragma_unroll_explicit", 1)
     return sch
@@ -338,11 +328,9 @@ def test_unrolled_contiguous_spatial_loop_is_slp_vectorized():
 
 def _vector_stores(mod: tvm.IRModule) -> bool:
     """Whether TVM's lowering up to VectorizeLoop leaves vector (Ramp-indexed) stores in the program."""
-    st = s_tir.transform
-    passes = [st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
-              st.CompactBufferAllocation(), st.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(),
+    passes = [s_tir.transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(),
               tvm.tirx.transform.VectorizeLoop(True)]
-    return "T.Ramp" in tvm.ir.transform.Sequential(passes)(mod).script()
+    return "T.Ramp" in tvm.ir.transform.Sequential(passes)(compacted(mod)).script()
 
 
 def test_vectorized_padding_guard_is_scalarized_as_tvm_does():

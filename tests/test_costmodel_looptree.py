@@ -6,6 +6,7 @@ import itertools
 import pytest
 import tvm
 import tvm_ffi
+from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te, tirx
 
 from drytune.costmodel.looptree import DivMod, IndexExpr, LoopTree, LoopTreeError, make_divmod
@@ -223,24 +224,9 @@ def test_repeated_subexpressions_are_counted_once():
     assert stmt.ops["load"] == 1 and len([a for a in stmt.accesses if not a.is_write]) == 1
 
 
-def _pad_pool(at_consumer: bool) -> tvm.IRModule:
-    data = te.placeholder((1, 4, 16, 16), "float32", name="data")
-    pad = te.compute((1, 4, 18, 18), lambda n, c, h, w: tirx.if_then_else(
-        tirx.all(h >= 1, h < 17, w >= 1, w < 17), data[n, c, h - 1, w - 1], tirx.const(-1e30, "float32")), name="pad")
-    rh, rw = te.reduce_axis((0, 3), name="rh"), te.reduce_axis((0, 3), name="rw")
-    out = te.compute((1, 4, 8, 8), lambda n, c, y, x: te.max(pad[n, c, 2 * y + rh, 2 * x + rw], axis=[rh, rw]),
-                     name="out")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([data, out])}))
-    if at_consumer:
-        sch.compute_at(sch.get_sblock("pad"), sch.get_loops(sch.get_sblock("out"))[3])
-    return sch.mod
-
-
 def _tvm_alloc_shapes(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
     """Shapes of the buffers TVM allocates after planning their location and compacting them."""
-    for name in ("LowerInitBlock", "PlanAndUpdateBufferAllocationLocation", "ConvertBlocksToOpaque",
-                 "CompactBufferAllocation"):
-        mod = getattr(s_tir.transform, name)()(mod)
+    mod = compacted(mod)
     shapes = {}
 
     def visit(block) -> None:
@@ -253,7 +239,7 @@ def _tvm_alloc_shapes(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
 
 @pytest.mark.parametrize("at_consumer", [False, True])
 def test_intermediate_buffers_are_indexed_as_tvm_compacts_them(at_consumer):
-    mod = _pad_pool(at_consumer)
+    mod = max_pool_over_pad(16, 4, pad_inside_x=at_consumer).mod
     tree = LoopTree.from_mod(mod)
     pads = [a for a in tree.accesses() if a.buffer == "pad"]
     assert {a.mem_shape for a in pads} == {_tvm_alloc_shapes(mod)["pad"]}
