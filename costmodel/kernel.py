@@ -175,10 +175,10 @@ def index_ops(accesses: list[Access], inner: str | None, unrolled: dict[str, int
         for ix in acc.indices:
             for t in _divmods(ix):
                 key = (t.op, t.divisor, t.arg)
-                if key in seen or inner not in t.arg.loop_vars():
+                used = t.arg.loop_vars()
+                if key in seen or inner not in used:
                     continue
                 cost = 1.0 if t.divisor & (t.divisor - 1) == 0 else cfg.divmod_cost
-                used = t.arg.loop_vars()
                 seen[key] = cost * math.prod(e for v, e in unrolled.items() if v in used)
     return sum(seen.values())
 
@@ -269,6 +269,11 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         body = [lp for lp in body if lp is not vec_loop]
         vec_loop, vec = None, None
     in_regs = out is not None and out.buffer in registers
+    in_memory = [a for a in reads if a.buffer not in registers]
+
+    def no_gathers(var: str) -> bool:  # vectorizing along `var` reads memory contiguously or in small strides
+        return all(_access_kind(a, var) != "gather" for a in in_memory)
+
     lanes_unrolled = None
     if vec_loop is not None and in_regs and cfg.auto_vectorize:
         # a TVM vector written to a register array is only its elements: LLVM may vectorize the loop around
@@ -287,7 +292,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             cand = None
         if cand is not None and cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min \
                 and (_access_kind(out, cand.var) == "contig" or (in_regs and cand.var in out_vars)) \
-                and all(_access_kind(a, cand.var) != "gather" for a in reads if a.buffer not in registers):
+                and no_gathers(cand.var):
             vec_loop, vec = cand, cand.var
             if iterating:
                 outer = outer[:-1]
@@ -301,8 +306,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         vec_loop = next((lp for lp in body if lp.extent >= cfg.slp_min and lp.var in out_vars
                          and _access_kind(out, lp.var) == "contig"
                          and lp.var not in leaf.guard_vars
-                         and all(_access_kind(a, lp.var) != "gather" for a in reads if a.buffer not in registers)),
-                        None)
+                         and no_gathers(lp.var)), None)
         vec = vec_loop.var if vec_loop is not None else None
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
@@ -318,8 +322,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         else stmts * vops
     int_ops = sites * ints * cfg.int_cost
     loads = stores = gathers = shuffles = 0.0
-    for a in reads:
-        if (is_update and a.buffer == out.buffer) or a.buffer in registers:
+    for a in in_memory:
+        if is_update and a.buffer == out.buffer:
             continue
         kind = _access_kind(a, vec)
         n = _distinct(a, unrolled)
