@@ -6,6 +6,9 @@ output is checked against torch eager on the same random inputs.
 Phases (each keeps a model's finished result, so a failed or killed run is resumed by running it again):
 
     tune-drytune  drytune's tune_network at --budget; exports drytune.so; total wall time recorded
+    verify        drytune's records as tuned, then each task's --verify-top-k best predictions measured on this
+                  CPU and the fastest built (tune_network's verify_top_k, on a copy of the work directory);
+                  exports drytune_verified.so; its wall time is added to drytune's
     tune-ms       MetaSchedule tune_relax in a child process killed at --long-budget; its JSON database is
                   copied at the short mark (drytune's total wall time for that model, else --budget)
     build         MetaSchedule's databases applied to the fused module (short, long) and the untuned build
@@ -40,9 +43,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 FULL_MODELS = ("resnet50", "mobilenet_v2", "bert_base")
 TINY_MODELS = ("resnet_tiny", "mobilenet_tiny", "bert_tiny")
-PHASES = ("tune-drytune", "tune-ms", "build", "measure", "report")
-SYSTEMS = ("drytune", "ms_short", "ms_long", "torch", "untuned")  # measurement and table order
-LIBRARIES = {"drytune": "drytune.so", "ms_short": "ms_short.so", "ms_long": "ms_long.so", "untuned": "untuned.so"}
+PHASES = ("tune-drytune", "verify", "tune-ms", "build", "measure", "report")
+SYSTEMS = ("drytune", "drytune_verified", "ms_short", "ms_long", "torch", "untuned")  # measurement and table order
+DRYTUNE_SYSTEMS = ("drytune", "drytune_verified")  # the ratios' numerators
+LIBRARIES = {"drytune": "drytune.so", "drytune_verified": "drytune_verified.so", "ms_short": "ms_short.so",
+             "ms_long": "ms_long.so", "untuned": "untuned.so"}
 RECORDS_FILE, WORKLOADS_FILE = "database_tuning_record.json", "database_workload.json"
 FAILED_RUN_SECS = 1e9  # MetaSchedule records failed builds and runs with run_secs 1e10
 
@@ -64,6 +69,7 @@ class BenchConfig:
     slow_call_s: float = 1.0
     pause_s: float = 0.2  # between systems, so one's spinning thread pool does not steal the next one's cores
     fast_math: bool = False  # every TVM build (drytune, MetaSchedule, untuned) gets drytune.fastmath's module
+    verify_top_k: int = 3  # the verify phase measures each task's k best predictions
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -171,6 +177,33 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
             "tuning_loop_s": rounds[-1].elapsed if rounds else 0.0, "trials": sum(r.trials for r in report.rows),
             "tasks": len(report.rows), "untuned_tasks": report.untuned, "skipped_tasks": [s[0] for s in report.skipped],
             "predicted_s": report.predicted_total, "check": tuned.check, "round_seconds": tuned.phase_seconds}
+
+
+def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
+    """drytune's tuned records with each task's k best predictions measured here and the fastest built: the same
+    tune_network call on a copy of the tuning work directory, whose budget is spent, so it only verifies."""
+    from drytune import zoo
+    from drytune.scheduler.report import MEASURED_FILE
+    from drytune.scheduler.tune_network import tune_network
+
+    mdir = model_dir(work, model)
+    src, dst = os.path.join(mdir, "drytune"), os.path.join(mdir, "drytune_verified")
+    if not done(os.path.join(mdir, "drytune.json")):
+        raise RuntimeError(f"{model}: run --phase tune-drytune first")
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    t0 = time.perf_counter()
+    torch_model, inputs = zoo.get_model(model)
+    tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s, work_dir=dst,
+                         seed=cfg.seed, progress=False, fast_math=cfg.fast_math, verify_top_k=cfg.verify_top_k)
+    wall = time.perf_counter() - t0
+    tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
+    measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
+    tuning = read_json(os.path.join(mdir, "drytune.json"))
+    return {"verify_wall_s": wall, "wall_s": tuning["wall_s"] + wall, "verify_top_k": cfg.verify_top_k,
+            "tasks_measured": len(measured), "measured_s": measured,
+            "predicted_s": tuned.report().predicted_total, "check": tuned.check,
+            "phase_seconds": tuned.phase_seconds}
 
 
 # ----------------------------------------------------------------------------------------------- tune-ms
@@ -382,11 +415,12 @@ def measure(model: str, work: str, cfg: BenchConfig) -> dict:
     out: dict = {"rounds_s": rounds, "median_s": {n: statistics.median(v) for n, v in rounds.items()},
                  "repeats": repeats, "min_repeat_s": cfg.min_repeat_s, "threads": cfg.threads,
                  "error_vs_torch": errors, "ratios": {}}
-    if "drytune" in rounds:
-        for other in names:
-            if other != "drytune":
-                per_round = [d / o for d, o in zip(rounds["drytune"], rounds[other], strict=True)]
-                out["ratios"][f"drytune/{other}"] = statistics.median(per_round)
+    for ours in (s for s in DRYTUNE_SYSTEMS if s in rounds):
+        # each drytune system against the others and against the drytune systems before it (verified / plain)
+        before = DRYTUNE_SYSTEMS[:DRYTUNE_SYSTEMS.index(ours)]
+        for other in (n for n in names if n not in DRYTUNE_SYSTEMS or n in before):
+            per_round = [d / o for d, o in zip(rounds[ours], rounds[other], strict=True)]
+            out["ratios"][f"{ours}/{other}"] = statistics.median(per_round)
     return out
 
 
@@ -407,7 +441,8 @@ def collect(models: list[str], work: str, cfg: BenchConfig, command: str) -> dic
     rows = {}
     for model in models:
         mdir = model_dir(work, model)
-        rows[model] = {k: read_json(os.path.join(mdir, f"{k}.json")) for k in ("drytune", "ms", "build", "measure")}
+        rows[model] = {k: read_json(os.path.join(mdir, f"{k}.json"))
+                       for k in ("drytune", "verified", "ms", "build", "measure")}
     return {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "config": asdict(cfg), "command": command,
             "models": rows}
 
@@ -453,6 +488,24 @@ def markdown(report: dict) -> str:
             f"({dt.get('budget_s', math.nan):g}) | {ms_short} | {ms_long} "
             f"| {_ms(lat.get('torch'))} | {_ms(lat.get('untuned'))} | {dt_ms_short} | {dt_ms_long} | {dt_torch} "
             f"| {errs} |")
+    verified = {m: row for m, row in report["models"].items() if row.get("verified")}
+    if verified:
+        lines += ["", "drytune with verification: the same records, each task's k best predictions measured on this "
+                  "CPU and the fastest built (wall time = drytune's + the verify phase's import, measurements, build "
+                  "and check).", "",
+                  "| model | dt+verify ms | wall s (verify s) | k | tasks measured | dt+v/dt | dt+v/MS-short "
+                  "| dt+v/MS-long | dt+v/torch | max abs error |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for model, row in verified.items():
+            v, meas = row["verified"], row.get("measure") or {}
+            ratios, err = meas.get("ratios", {}), meas.get("error_vs_torch", {}).get("drytune_verified")
+            cells = (f"{ratios[k]:.3f}" if k in ratios else "-" for k in (
+                "drytune_verified/drytune", "drytune_verified/ms_short", "drytune_verified/ms_long",
+                "drytune_verified/torch"))
+            err_text = "-" if err is None else f"{err['max_abs']:.1e}"
+            lines.append(f"| {model} | {_ms(meas.get('median_s', {}).get('drytune_verified'))} "
+                         f"| {v.get('wall_s', math.nan):.0f} ({v.get('verify_wall_s', math.nan):.0f}) "
+                         f"| {v.get('verify_top_k', '-')} | {v.get('tasks_measured', '-')} | {' | '.join(cells)} "
+                         f"| {err_text} |")
     failed = [(m, k, d["error"].strip().splitlines()[-1]) for m, row in report["models"].items()
               for k, d in row.items() if d and "error" in d]
     if failed:
@@ -487,7 +540,8 @@ def config_args(args: argparse.Namespace) -> list[str]:
     """The command-line flags that shape a run, to hand to a child process."""
     return ["--budget", str(args.budget), "--long-budget", str(args.long_budget), "--threads", str(args.threads),
             "--seed", str(args.seed), "--ms-trials-per-iter", str(args.ms_trials_per_iter),
-            "--rounds", str(args.rounds), *(["--fast-math"] if args.fast_math else [])]
+            "--rounds", str(args.rounds), "--verify-top-k", str(args.verify_top_k),
+            *(["--fast-math"] if args.fast_math else [])]
 
 
 def parse_duration(text: str) -> float:
@@ -499,6 +553,7 @@ def parse_duration(text: str) -> float:
 def run_phase(phase: str, models: list[str], work: str, cfg: BenchConfig, args: argparse.Namespace) -> bool:
     """One phase for each model; a model's failure is written to its result file and the others go on."""
     steps = {"tune-drytune": ("drytune", lambda m: tune_drytune(m, work, cfg)),
+             "verify": ("verified", lambda m: verify_drytune(m, work, cfg)),
              "tune-ms": ("ms", lambda m: tune_ms(m, work, cfg, args)),
              "build": ("build", lambda m: build(m, work, cfg)),
              "measure": ("measure", lambda m: measure(m, work, cfg))}
@@ -534,6 +589,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=BenchConfig.seed)
     ap.add_argument("--ms-trials-per-iter", type=int, default=BenchConfig.ms_trials_per_iter)
     ap.add_argument("--rounds", type=int, default=BenchConfig.rounds)
+    ap.add_argument("--verify-top-k", type=int, default=BenchConfig.verify_top_k,
+                    help="the verify phase measures each task's k best predictions")
     ap.add_argument("--fast-math", action="store_true",
                     help="exp/erf/tanh as vectorizing polynomials in every TVM build (drytune.fastmath)")
     ap.add_argument("--work-dir", default=os.path.join(REPO, "drytune-work", "networks"),
@@ -548,7 +605,7 @@ def main() -> int:
     models = args.models.split(",") if args.models else list(TINY_MODELS if args.tiny else FULL_MODELS)
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
-                      rounds=args.rounds, fast_math=args.fast_math)
+                      rounds=args.rounds, fast_math=args.fast_math, verify_top_k=args.verify_top_k)
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

@@ -190,6 +190,9 @@ def main() -> int:
     ap.add_argument("--budgets", default="60", help="comma-separated wall-clock budgets in seconds")
     ap.add_argument("--strategies", default="portfolio", help="drytune strategies to run")
     ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--verify-top-k", type=int, default=0,
+                    help="also report each drytune run with its k best predictions measured and the fastest kept "
+                         "(the same records; the verification's wall time is added to the tuning's)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "op_tuning"))
     args = ap.parse_args()
     report: dict = {"date": time.strftime("%Y-%m-%d"), "rows": []}
@@ -204,11 +207,21 @@ def main() -> int:
             mods, info = {}, {}
             for strategy in args.strategies.split(","):
                 t0 = time.perf_counter()
-                res = dt.tune(task, seconds=budget, strategy=strategy, progress=False,
-                              work_dir=tempfile.mkdtemp(prefix="dt-"))
-                info[f"drytune-{strategy}"] = {"wall_s": time.perf_counter() - t0, "trials": res.trials,
-                                               "predicted_s": res.predicted, "phase_s": res.phase_seconds}
+                work_dir = tempfile.mkdtemp(prefix="dt-")
+                res = dt.tune(task, seconds=budget, strategy=strategy, progress=False, work_dir=work_dir)
+                wall = time.perf_counter() - t0
+                info[f"drytune-{strategy}"] = {"wall_s": wall, "trials": res.trials, "predicted_s": res.predicted,
+                                               "phase_s": res.phase_seconds, "work_dir": work_dir}
                 mods[f"drytune-{strategy}"] = res.best.to_mod()
+                if args.verify_top_k > 0:  # no new candidates: the run's records read back, the k best measured
+                    t0 = time.perf_counter()
+                    ver = dt.tune(task, trials=0, strategy=strategy, progress=False, work_dir=work_dir,
+                                  verify_top_k=args.verify_top_k)
+                    name = f"drytune-{strategy}+verify{args.verify_top_k}"
+                    info[name] = {"wall_s": wall + time.perf_counter() - t0, "verify_s": time.perf_counter() - t0,
+                                  "predicted_s": ver.predicted, "measured_s": ver.measured,
+                                  "measured_top": [(p, m) for _, p, m in ver.measured_top]}
+                    mods[name] = ver.best.to_mod()
             ms_mod, ms_trials, ms_wall = metaschedule_at_budget(op, budget)
             info["metaschedule"] = {"wall_s": ms_wall, "trials": ms_trials}
             if ms_mod is not None:
