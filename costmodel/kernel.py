@@ -60,6 +60,9 @@ class KernelConfig:
     loop_overhead: float = 1.0  # cycles per iteration of a loop that is not unrolled
     reorder_window: float = 256.0  # micro-ops in flight (reorder buffer): how many bodies' chains overlap
     gather_cost: float = 1.0  # cycles per lane of a gathered (non-contiguous) vector access
+    # shuffle-pipe slots per lane of a strided TVM vector, which LLVM assembles lane by lane (vmovss and
+    # vinsertps; two shuffle pipes on Zen 4, one on Skylake-X)
+    lane_insert_cost: float = 0.5
     int_cost: float = 0.5  # issue slots per integer op that survives in the body (guards, indices)
     register_array_elems: int = 64  # largest intermediate (elements) LLVM scalar-replaces into registers
     divmod_cost: float = 6.0  # integer micro-ops of a floordiv/floormod by a constant that is not a power of two
@@ -144,6 +147,25 @@ def _access_kind(acc: Access, vec: str | None, max_stride: int = 4) -> str:
     if stride is not None and stride <= max_stride:
         return "strided"
     return "gather"
+
+
+def _lane_loads(acc: Access, vec: str, lanes: int, body: dict[str, int]) -> int:
+    """Scalar loads of a strided TVM vector access over its lanes and the (non-vector) body loops: one per
+    distinct element, since LLVM loads an element that several unrolled copies share once (the columns of
+    neighbouring pooling windows overlap)."""
+    indices = _memory_indices(acc)
+    last = indices[-1]
+    coeffs = last.coeffs
+    if len(coeffs) != len(last.terms):  # floordiv/floormod terms: count every lane of every copy
+        return _distinct(acc, body) * lanes
+    offsets = {coeffs.get(vec, 0) * lane for lane in range(lanes)}
+    for var, extent in body.items():
+        if var in coeffs:
+            if len(offsets) * extent > 65536:
+                return _distinct(acc, body) * lanes
+            offsets = {x + coeffs[var] * i for x in offsets for i in range(extent)}
+    outer = set().union(*(ix.loop_vars() for ix in indices[:-1])) if len(indices) > 1 else set()
+    return len(offsets) * math.prod(e for v, e in body.items() if v in outer and v not in coeffs)
 
 
 def _distinct(acc: Access, body: dict[str, int]) -> int:
@@ -329,8 +351,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         n = _distinct(a, unrolled)
         if kind == "contig":
             loads += n * vops
+        elif kind == "strided" and vec_loop.kind == "vectorized":
+            # TVM's strided vector: one scalar load per distinct element, one insert per lane
+            loads += _lane_loads(a, vec, e_v, unrolled)
+            shuffles += n * e_v * cfg.lane_insert_cost
         elif kind == "strided":
-            # interleaved access: `stride` full-width loads and as many shuffles per vector
+            # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
             stride = _vector_stride(a, vec) or 1
             loads += n * vops * stride
             shuffles += n * vops * stride

@@ -14,6 +14,7 @@ import drytune as dt
 from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
+    _paths,
     _vector_ops,
     kernel_cycles,
     register_buffers,
@@ -152,8 +153,67 @@ def test_strided_and_gathered_vector_accesses():
     leaf, path = _leaf_and_path(tree, "Y")
     det: dict = {}
     statement_cycles(leaf, path, SPEC, CFG, det)
-    # per statement (LLVM unrolls the 4-trip outer loop): two full vectors and two shuffles per 16 lanes
-    assert det["statements"] == 4 and det["loads"] == 2 * 4 and det["shuffle"] == 2 * 4 / CFG.shuffle_ports
+    # per statement (LLVM unrolls the 4-trip outer loop): TVM's strided vector is one scalar load and one insert
+    # per lane, as the assembly shows (no vector load of X)
+    assert det["statements"] == 4 and det["loads"] == 16 * 4
+    assert det["shuffle"] == 16 * 4 * CFG.lane_insert_cost / CFG.shuffle_ports
+    y_only = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    (i,) = y_only.get_loops(y_only.get_sblock("Y"))
+    y_only.vectorize(y_only.split(i, [None, 16])[1])
+    body = _kernel_body(_asm(y_only))
+    assert _count(body, "vinsertps") >= 12 and _scalar_loads(body) == 16 * _count(body, "vmovaps", "vmovups")
+
+
+def _kernel_body(asm: str) -> list[str]:
+    """The instructions of the compute function (main_compute_) in `asm`."""
+    lines = asm.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("main_compute_:"))
+    body = []
+    for line in lines[start + 1:]:
+        if line.startswith(".Lfunc_end"):
+            break
+        text = line.strip()
+        if text and not text.startswith((".", "#")) and not text.endswith(":"):
+            body.append(text)
+    return body
+
+
+def _count(body: list[str], *mnemonics: str) -> int:
+    return sum(1 for text in body if text.split()[0] in mnemonics)
+
+
+def _scalar_loads(body: list[str]) -> int:
+    """Single-element loads: vmovss from memory and vinsertps with a memory source."""
+    n = 0
+    for text in body:
+        op, _, args = text.partition("\t")
+        operands = args.split(", ")  # a memory operand's own commas have no space after them
+        n += (op == "vmovss" and "(" in operands[0]) or (op == "vinsertps" and "(" in operands[1])
+    return n
+
+
+def test_overlapping_strided_windows_load_each_element_once():
+    """3x3 stride-2 max pooling vectorized by TVM along x: each window column is a strided vector, and LLVM
+    loads an element that neighbouring windows share once (33 scalar loads for 3 columns of 16 lanes, not 48);
+    the model counts the same distinct elements."""
+    data = te.placeholder((8, 33, 33), "float32", name="data")
+    rh, rw = te.reduce_axis((0, 3), name="rh"), te.reduce_axis((0, 3), name="rw")
+    pool = te.compute((8, 16, 16), lambda c, y, x: te.max(data[c, 2 * y + rh, 2 * x + rw], axis=[rh, rw]),
+                      name="pool")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([data, pool])}))
+    c, _, x, rh_loop, rw_loop = sch.get_loops(sch.get_sblock("pool"))
+    sch.reorder(rh_loop, rw_loop, x)
+    sch.vectorize(x)
+    sch.annotate(c, "pragma_auto_unroll_max_step", 16)
+    sch.annotate(c, "pragma_unroll_explicit", 1)
+    body = _kernel_body(_asm(sch))
+    assert _scalar_loads(body) == 11 * _count(body, "vmaxps")  # 33 per 3 windows of 16 lanes
+    tree = LoopTree.from_mod(sch.mod)
+    leaf, path = next((leaf, path) for _, items in _paths(tree) for leaf, path in items if "fminmax" in leaf.ops)
+    det: dict = {}
+    statement_cycles(leaf, path, SPEC, CFG, det)
+    accumulator = 1  # pool's element, loaded once per body (y iterates)
+    assert det["lanes"] == 16 and det["loads"] - accumulator == 11 * det["statements"]
 
 
 def test_parallel_loop_divides_by_balanced_speedup():
