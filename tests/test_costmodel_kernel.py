@@ -11,6 +11,7 @@ from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
+from drytune.costmodel.asm import Instruction, parse_asm
 from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
@@ -160,36 +161,23 @@ def test_strided_and_gathered_vector_accesses():
     y_only = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
     (i,) = y_only.get_loops(y_only.get_sblock("Y"))
     y_only.vectorize(y_only.split(i, [None, 16])[1])
-    body = _kernel_body(_asm(y_only))
-    assert _count(body, "vinsertps") >= 12 and _scalar_loads(body) == 16 * _count(body, "vmovaps", "vmovups")
+    insts = _kernel_instructions(y_only)
+    stores = sum(1 for inst in insts if inst.mnemonic in ("vmovaps", "vmovups") and inst.mem_write)
+    assert _count(insts, "vinsertps") >= 12 and _scalar_loads(insts) == 16 * stores
 
 
-def _kernel_body(asm: str) -> list[str]:
-    """The instructions of the compute function (main_compute_) in `asm`."""
-    lines = asm.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("main_compute_:"))
-    body = []
-    for line in lines[start + 1:]:
-        if line.startswith(".Lfunc_end"):
-            break
-        text = line.strip()
-        if text and not text.startswith((".", "#")) and not text.endswith(":"):
-            body.append(text)
-    return body
+def _kernel_instructions(sch: s_tir.Schedule) -> list[Instruction]:
+    """The instructions of the compute function (main_compute_) of the schedule's assembly."""
+    return parse_asm(_asm(sch), "x86").function("main_compute_").instructions
 
 
-def _count(body: list[str], *mnemonics: str) -> int:
-    return sum(1 for text in body if text.split()[0] in mnemonics)
+def _count(insts: list[Instruction], *mnemonics: str) -> int:
+    return sum(1 for inst in insts if inst.mnemonic in mnemonics)
 
 
-def _scalar_loads(body: list[str]) -> int:
+def _scalar_loads(insts: list[Instruction]) -> int:
     """Single-element loads: vmovss from memory and vinsertps with a memory source."""
-    n = 0
-    for text in body:
-        op, _, args = text.partition("\t")
-        operands = args.split(", ")  # a memory operand's own commas have no space after them
-        n += (op == "vmovss" and "(" in operands[0]) or (op == "vinsertps" and "(" in operands[1])
-    return n
+    return sum(1 for inst in insts if inst.mnemonic in ("vmovss", "vinsertps") and inst.mem_read)
 
 
 def test_overlapping_strided_windows_load_each_element_once():
@@ -206,8 +194,8 @@ def test_overlapping_strided_windows_load_each_element_once():
     sch.vectorize(x)
     sch.annotate(c, "pragma_auto_unroll_max_step", 16)
     sch.annotate(c, "pragma_unroll_explicit", 1)
-    body = _kernel_body(_asm(sch))
-    assert _scalar_loads(body) == 11 * _count(body, "vmaxps")  # 33 per 3 windows of 16 lanes
+    insts = _kernel_instructions(sch)
+    assert _scalar_loads(insts) == 11 * _count(insts, "vmaxps")  # 33 per 3 windows of 16 lanes
     tree = LoopTree.from_mod(sch.mod)
     leaf, path = next((leaf, path) for _, items in _paths(tree) for leaf, path in items if "fminmax" in leaf.ops)
     det: dict = {}
