@@ -188,7 +188,8 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
 
     mdir = model_dir(work, model)
     src, dst = os.path.join(mdir, "drytune"), os.path.join(mdir, "drytune_verified")
-    if not done(os.path.join(mdir, "drytune.json")):
+    tuning = read_json(os.path.join(mdir, "drytune.json"))
+    if tuning is None or "error" in tuning:
         raise RuntimeError(f"{model}: run --phase tune-drytune first")
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
@@ -199,7 +200,6 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
     measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
-    tuning = read_json(os.path.join(mdir, "drytune.json"))
     return {"verify_wall_s": wall, "wall_s": tuning["wall_s"] + wall, "verify_top_k": cfg.verify_top_k,
             "tasks_measured": len(measured), "measured_s": measured,
             "predicted_s": tuned.report().predicted_total, "check": tuned.check,
