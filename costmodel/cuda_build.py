@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.target import Target
 
 from drytune.errors import DrytuneError
@@ -115,6 +115,8 @@ class CudaBuild:
     device_funcs: dict[str, tirx.PrimFunc] = field(default_factory=dict)  # lowered kernels, flat buffers
     ptxas_log: str = ""
     dynamic_smem: dict[str, int] = field(default_factory=dict)  # bytes of "shared.dyn", set at launch
+    kernel_args: dict[str, tuple[str, ...]] = field(default_factory=dict)  # buffer of each kernel parameter
+    workspace: dict[str, int] = field(default_factory=dict)  # bytes of global intermediates (host-allocated)
 
     def smem_bytes(self, kernel: str) -> int:
         """Static (ptxas) plus dynamic shared memory of one block of `kernel`."""
@@ -217,22 +219,61 @@ def lower_device(mod: tvm.IRModule, target: str | dict | Target) -> dict[str, ti
     return out
 
 
+def _static_bytes(buf: tirx.Buffer) -> int | None:
+    """Bytes of a buffer with a constant shape (None for a symbolic one)."""
+    if not all(isinstance(d, tirx.IntImm) for d in buf.shape):
+        return None
+    bits = re.match(r"^[a-z]+?(\d+)", str(buf.dtype))
+    count = max(1, int(bits.group(1)) // 8) if bits else 1
+    for d in buf.shape:
+        count *= int(d)
+    return count
+
+
 def dynamic_smem_bytes(func: tirx.PrimFunc) -> int:
     """Bytes of dynamic shared memory a lowered kernel allocates (ptxas does not see them)."""
     total = 0
 
     def visit(node: tirx.AllocBuffer) -> None:
         nonlocal total
-        buf = node.buffer
-        if str(buf.scope()) == "shared.dyn" and all(isinstance(d, tirx.IntImm) for d in buf.shape):
-            bits = re.match(r"^[a-z]+?(\d+)", str(buf.dtype))
-            count = max(1, int(bits.group(1)) // 8) if bits else 1
-            for d in buf.shape:
-                count *= int(d)
-            total += count
+        if str(node.buffer.scope()) == "shared.dyn":
+            total += _static_bytes(node.buffer) or 0
 
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, visit)], order="pre")
     return total
+
+
+_RE_SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\)\s*\{')
+
+
+def kernel_arguments(source: str) -> dict[str, tuple[str, ...]]:
+    """The buffer behind each parameter of each kernel in TVM's CUDA C (`float* __restrict__ X_ptr` -> "X").
+
+    With the launch configurations and the workspace sizes this is what running the PTX needs without TVM.
+    A scalar parameter (only dynamic shapes have them) is named with a leading "$".
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for name, params in _RE_SIGNATURE.findall(source):
+        names = []
+        for p in filter(None, (s.strip() for s in params.split(","))):
+            ident = p.split()[-1]
+            names.append(ident.removesuffix("_ptr") if "*" in p else f"${ident}")
+        out[name] = tuple(names)
+    return out
+
+
+def workspace_bytes(func: tirx.PrimFunc) -> dict[str, int]:
+    """Bytes of each global-memory buffer a scheduled PrimFunc allocates; TVM's host passes them to the kernels."""
+    found: dict[str, int] = {}
+
+    def visit(block: s_tir.SBlock) -> None:
+        for buf in block.alloc_buffers:
+            size = _static_bytes(buf) if str(buf.scope()) == "global" else None
+            if size is not None:
+                found[buf.name] = size
+
+    tvm_ffi.structural_walk(func, [(s_tir.SBlock, visit)], order="pre")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -389,6 +430,11 @@ def build_cuda(mod: tvm.IRModule, target: str | dict | Target = "cuda-sm90",
         log.warning("kernels %s of the launch configuration are not in the ptxas report (%s)",
                     missing, sorted(resources))
     device = lower_device(mod, target)
+    workspace: dict[str, int] = {}
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            workspace.update(workspace_bytes(func))
     return CudaBuild(arch=arch, cuda_source=source, ptx=ptx, resources=resources, launch=launch,
                      device_funcs=device, ptxas_log=report,
-                     dynamic_smem={name: dynamic_smem_bytes(f) for name, f in device.items()})
+                     dynamic_smem={name: dynamic_smem_bytes(f) for name, f in device.items()},
+                     kernel_args=kernel_arguments(source), workspace=workspace)

@@ -3,8 +3,9 @@
 CPU: seconds = (sum_i a_i * f_i) / frequency, with the per-core features of `cpu_features` and the
 coefficients a_i of the target's architecture read from a data file (`coefficients/*.json`), where each
 file states its origin. The pre-score is the TIR register-tile kernel model (`kernel`) plus parallel-region
-entries: no code generation, no isl. NVIDIA: per kernel, cycles = max(compute, memory) issue work spread over the SMs
-and the resident warps, times the waves, plus exposed load latency; kernels add up.
+entries: no code generation, no isl. NVIDIA: with a calibration for the GPU generation (measured on such a GPU),
+cycles = sum_i a_i * t_i over the `GPU_TERM_NAMES` terms of every kernel; without one, per kernel the largest of
+issue, latency and shared-memory work spread over the SMs and resident warps, times the waves, plus DRAM traffic.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class Coefficients:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str) -> Coefficients:
+    def load(cls, path: str, names: Sequence[str] = FEATURE_NAMES) -> Coefficients:
+        """Read a coefficients file; `names` are the features it must weigh (CPU features or GPU terms)."""
         with open(path) as f:
             data = json.load(f)
-        missing = [n for n in FEATURE_NAMES if n not in data["coefficients"]]
+        missing = [n for n in names if n not in data["coefficients"]]
         if missing:
             raise ValueError(f"{path}: coefficients missing for features {missing}")
         return cls(data["arch"], {k: float(v) for k, v in data["coefficients"].items()}, data["origin"],
@@ -59,8 +61,8 @@ class Coefficients:
             json.dump({"arch": self.arch, "origin": self.origin, "coefficients": self.values, **self.extra}, f,
                       indent=1)
 
-    def vector(self) -> np.ndarray:
-        return np.array([self.values[n] for n in FEATURE_NAMES])
+    def vector(self, names: Sequence[str] = FEATURE_NAMES) -> np.ndarray:
+        return np.array([self.values[n] for n in names])
 
 
 def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
@@ -82,6 +84,12 @@ def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str
     raise FileNotFoundError(f"no coefficients file for architecture {spec.arch!r} in {COEFF_DIR}")
 
 
+def gpu_coefficients_path(spec: HardwareSpec) -> str | None:
+    """The shipped calibration of a GPU generation (`nvidia-sm90-calibrated.json`), or None."""
+    path = os.path.join(COEFF_DIR, coefficients_file_name(spec, f"sm{spec.sm_version}"))
+    return path if os.path.exists(path) else None
+
+
 def prescore_cycles(tree: LoopTree, spec: HardwareSpec, kernel: KernelConfig | None = None) -> float:
     """A TIR-only estimate in cycles: the register-tile kernel model per core plus parallel-region entries.
 
@@ -94,11 +102,42 @@ def prescore_cycles(tree: LoopTree, spec: HardwareSpec, kernel: KernelConfig | N
     return kernel_cycles(tree, spec, kernel).cycles + kernel.launch_cycles * launches
 
 
+MAX_LOCAL_BYTES = 512 * 1024  # CUDA's local memory per thread (stack frame); a larger kernel does not launch
+
+# The calibrated GPU score is a weighted sum of these per-kernel terms (summed over a candidate's kernels):
+# issue and shared-memory work of the busiest SM, global bytes moved per SM (at 64 B/cycle), launches, and the
+# dependent latency (and the part of it loads leave exposed) of one thread per wave, hidden by resident warps.
+GPU_TERM_NAMES = ("issue", "shared", "load_bytes", "store_bytes", "launch", "latency", "exposed_latency")
+
+
+def launchable(k, spec: HardwareSpec) -> bool:
+    """Whether a kernel's resources allow a launch at all (a block fits on an SM, the stack fits local memory)."""
+    return k.occupancy > 0 and k.threads_per_block <= spec.max_threads_per_block and k.stack_bytes <= MAX_LOCAL_BYTES
+
+
+def gpu_terms(features: Sequence, spec: HardwareSpec) -> np.ndarray | None:
+    """The `GPU_TERM_NAMES` terms of a CUDA program from its kernels' features; None if a kernel cannot launch."""
+    total = np.zeros(len(GPU_TERM_NAMES))
+    for k in features:
+        if not launchable(k, spec):
+            return None
+        warps = math.ceil(k.threads_per_block / spec.warp_size)
+        per_sm = math.ceil(k.blocks / spec.sm_count)  # blocks the busiest SM runs over the whole launch
+        resident = min(max(1, k.blocks_per_sm), per_sm) * warps
+        hiding = max(1.0, resident / 4.0)  # four warp schedulers per SM
+        waves = max(1.0, math.ceil(k.waves))
+        total += (k.issue_cycles * warps * per_sm / 4.0, k.shared_ops_adjusted * warps * per_sm / 4.0,
+                  k.global_load_bytes * k.threads / (spec.sm_count * 64.0),
+                  k.global_store_bytes * k.threads / (spec.sm_count * 64.0), 1.0,
+                  k.work_cycles / hiding * waves, k.exposed_load_cycles / hiding * waves)
+    return total
+
+
 def gpu_cycles(features: Sequence, spec: HardwareSpec) -> float:
     """Cycles of a CUDA program from its kernels' PTX/ptxas features (uncalibrated, see module doc)."""
     total = 0.0
     for k in features:
-        if k.occupancy <= 0 or k.threads_per_block > spec.max_threads_per_block:
+        if not launchable(k, spec):
             return math.inf
         warps = math.ceil(k.threads_per_block / spec.warp_size)
         resident = max(1, k.blocks_per_sm) * warps  # warps one SM interleaves
@@ -120,7 +159,11 @@ class StaticCostModel(CostModel):
         self.is_gpu = self.spec.is_gpu
         self.failures: Counter[str] = Counter()
         if self.is_gpu:
-            self.coefficients = None
+            path = coefficients if isinstance(coefficients, str) else gpu_coefficients_path(self.spec)
+            if isinstance(coefficients, Coefficients):
+                self.coefficients = coefficients
+            else:  # the uncalibrated formula when no calibration for this GPU generation ships
+                self.coefficients = Coefficients.load(path, GPU_TERM_NAMES) if path else None
             self._cpu = None
         else:
             if not isinstance(coefficients, Coefficients):
@@ -144,14 +187,22 @@ class StaticCostModel(CostModel):
         cycles = float(np.dot(self.coefficients.vector(), np.asarray(feats.values)))
         return cycles / (self.spec.freq_ghz * 1e9)
 
+    def seconds_from_gpu_features(self, feats: Sequence) -> float:
+        """Seconds of a CUDA program from its kernels' features: calibrated terms if a file ships, else the formula."""
+        if self.coefficients is None:
+            cycles = gpu_cycles(feats, self.spec)
+        else:
+            terms = gpu_terms(feats, self.spec)
+            cycles = math.inf if terms is None else float(self.coefficients.vector(GPU_TERM_NAMES) @ terms)
+        return cycles / (self.spec.freq_ghz * 1e9)
+
     def _predict_one(self, task: Task, cand: Candidate) -> float:
         try:
             mod = cand.to_mod()
             if self.is_gpu:
                 from .gpu_features import extract_gpu_features
 
-                cycles = gpu_cycles(extract_gpu_features(mod, self.target, self.spec), self.spec)
-                return cycles / (self.spec.freq_ghz * 1e9)
+                return self.seconds_from_gpu_features(extract_gpu_features(mod, self.target, self.spec))
             return self.seconds_from_features(self._cpu.extract(mod))
         except InvalidCandidateError as err:
             self._fail("replay", err)

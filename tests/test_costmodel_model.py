@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,15 @@ from drytune import workloads
 from drytune.costmodel.calibrate import calibrate, fit_coefficients, fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import measure_candidates, read_rows
-from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel
+from drytune.costmodel.model import (
+    COEFF_DIR,
+    GPU_TERM_NAMES,
+    Coefficients,
+    StaticCostModel,
+    gpu_cycles,
+    gpu_terms,
+)
+from drytune.target import resolve_target
 
 
 def _task(name: str, target: str = "llvm") -> dt.Task:
@@ -128,3 +137,38 @@ def test_coefficients_are_chosen_by_cpu_model_then_architecture() -> None:
     assert other.coefficients.origin == Coefficients.load(
         os.path.join(COEFF_DIR, "x86-calibrated.json")).origin
     assert zen3.coefficients.values != other.coefficients.values
+
+
+def _kernel(**kw):
+    """A kernel's features with round numbers (only the fields the GPU terms read)."""
+    base = dict(occupancy=0.5, threads_per_block=128, stack_bytes=0, blocks=264, blocks_per_sm=4, waves=0.5,
+                threads=264 * 128, issue_cycles=100.0, shared_ops_adjusted=10.0, global_load_bytes=64.0,
+                global_store_bytes=16.0, work_cycles=400.0, exposed_load_cycles=80.0)
+    return SimpleNamespace(**(base | kw))
+
+
+def test_gpu_terms_hand_computed():
+    _, spec = resolve_target("cuda-sm90")  # 132 SMs
+    terms = dict(zip(GPU_TERM_NAMES, gpu_terms([_kernel()], spec), strict=True))
+    # 264 blocks over 132 SMs: the busiest SM runs 2 blocks of 4 warps; 8 resident warps hide latency 2x
+    assert terms["issue"] == 100.0 * 4 * 2 / 4
+    assert terms["shared"] == 10.0 * 4 * 2 / 4
+    assert terms["load_bytes"] == 64.0 * 264 * 128 / (132 * 64) and terms["store_bytes"] == 16.0 * 2 * 128 / 64
+    assert terms["latency"] == 400.0 / 2 and terms["exposed_latency"] == 80.0 / 2
+    assert terms["launch"] == 1.0
+    # kernels add up; a stack frame beyond CUDA's 512 KiB of local memory per thread cannot launch
+    assert np.allclose(gpu_terms([_kernel(), _kernel()], spec), 2 * gpu_terms([_kernel()], spec))
+    assert gpu_terms([_kernel(), _kernel(stack_bytes=802864)], spec) is None
+    assert gpu_cycles([_kernel(stack_bytes=802864)], spec) == math.inf
+
+
+def test_calibrated_gpu_model_weighs_the_terms():
+    weights = dict.fromkeys(GPU_TERM_NAMES, 0.0) | {"issue": 2.0, "launch": 5000.0}
+    model = StaticCostModel("cuda-sm90", coefficients=Coefficients("nvidia", weights, "test"))
+    expected = (2.0 * 200.0 * 2 + 5000.0 * 2) / (model.spec.freq_ghz * 1e9)
+    assert model.seconds_from_gpu_features([_kernel(), _kernel()]) == pytest.approx(expected)
+    assert model.seconds_from_gpu_features([_kernel(occupancy=0.0)]) == math.inf
+    uncalibrated = StaticCostModel("cuda-sm90")
+    uncalibrated.coefficients = None
+    assert uncalibrated.seconds_from_gpu_features([_kernel()]) == pytest.approx(
+        gpu_cycles([_kernel()], uncalibrated.spec) / (uncalibrated.spec.freq_ghz * 1e9))
