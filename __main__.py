@@ -89,7 +89,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     tasks = [Task.from_prim_func((workloads.small(o) if args.small else workloads.get(o)).prim_func(), args.target,
                                  name=o) for o in ops]
     if tasks[0].is_gpu:
-        raise ValueError("calibration measures on this machine's CPU; CUDA coefficients need a GPU machine")
+        raise ValueError("calibrate measures on this machine's CPU. CUDA weights are fitted from a GPU machine's "
+                         "measurements: benchmarks/cuda_fidelity.py --phase prepare here, "
+                         "benchmarks/cuda_device_measure.py on the GPU machine (numpy and CuPy only), then "
+                         "cuda_fidelity.py --phase report --fit-out FILE (README: the static cost model, NVIDIA)")
     from .costmodel.model import coefficients_file_name
 
     cpu = str(dict(tasks[0].target.attrs).get("mcpu", "")) or None

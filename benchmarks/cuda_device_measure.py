@@ -43,6 +43,15 @@ def output_matches(got: np.ndarray, expected: np.ndarray, rtol: float = 1e-3) ->
     return bool(np.all(np.isfinite(got)) and np.allclose(got, expected, rtol=rtol, atol=rtol * scale))
 
 
+def warm_up(cp, seconds: float = 0.5) -> None:
+    """Keep the GPU busy for a moment so that it leaves its idle clock before anything is timed."""
+    a = cp.ones((2048, 2048), dtype=cp.float32)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a = a @ a * (1.0 / 2048)
+        cp.cuda.Device().synchronize()
+
+
 def _load_op(bundle: str, op: str) -> dict:
     with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
         return json.load(f)
@@ -58,6 +67,7 @@ def _child(bundle: str, op: str, skip: set[str], out: str, progress: str, min_re
     written = [p["name"] for p in spec["params"] if p["written"]]
     refs = {name: (np.asarray(r["index"], dtype=np.int64), np.asarray(r["value"], dtype=np.float64))
             for name, r in spec["reference"].items()}
+    warm_up(cp)
     for cand in spec["candidates"]:
         if cand["id"] in skip:
             continue
@@ -111,8 +121,18 @@ def _child(bundle: str, op: str, skip: set[str], out: str, progress: str, min_re
         row["wall_s"] = time.perf_counter() - t0
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
-        if "error" in row and "CUDA_ERROR" in row["error"] and "INVALID_VALUE" not in row["error"]:
-            sys.exit(3)  # the context is unusable after a fault: the parent restarts after this candidate
+        if "error" in row and not _context_usable(cp):
+            sys.exit(3)  # a fault poisons the CUDA context: the parent restarts after this candidate
+
+
+def _context_usable(cp) -> bool:
+    """Whether the CUDA context still works after an error (a kernel fault makes every later call fail)."""
+    try:
+        cp.cuda.Device().synchronize()
+        cp.zeros(1).get()
+        return True
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False
 
 
 def _done_ids(out: str, op: str) -> set[str]:
@@ -134,10 +154,12 @@ def measure_op(bundle: str, op: str, out: str, min_repeat_ms: float, repeats: in
     state = os.path.join(tempfile.gettempdir(), f"drytune_cuda_measure_{os.getpid()}")
     os.makedirs(state, exist_ok=True)
     progress, skip_file = os.path.join(state, f"{op}.progress"), os.path.join(state, f"{op}.skip")
-    total = len(_load_op(bundle, op)["candidates"])
+    ids = [c["id"] for c in _load_op(bundle, op)["candidates"]]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{op}: the bundle repeats candidate ids")
     while True:
         done = _done_ids(out, op)
-        if len(done) >= total:
+        if set(ids) <= done:
             return
         with open(skip_file, "w") as f:
             json.dump(sorted(done), f)
@@ -156,15 +178,16 @@ def measure_op(bundle: str, op: str, out: str, min_repeat_ms: float, repeats: in
                 child.kill()
                 child.wait()
                 break
-        if child.returncode == 0 and len(_done_ids(out, op)) >= total:
+        after = _done_ids(out, op)
+        if set(ids) <= after:
             return
         stuck = open(progress).read() if os.path.exists(progress) else None
-        if stuck and stuck not in _done_ids(out, op):
+        if stuck and stuck not in after:
             reason = "stalled" if child.returncode in (None, -9) else f"child exited with {child.returncode}"
             with open(out, "a") as f:
                 f.write(json.dumps({"op": op, "id": stuck, "error": reason}) + "\n")
-        elif child.returncode not in (0, 3):
-            raise RuntimeError(f"{op}: measuring child exited with {child.returncode} before any candidate")
+        elif after == done:  # no row and no candidate in progress: retrying would loop forever
+            raise RuntimeError(f"{op}: measuring child exited with {child.returncode} without measuring anything")
 
 
 def main() -> int:

@@ -49,6 +49,11 @@ def workload_info(op: str) -> dict:
     return {"builder": w.build.func.__name__, "params": dict(w.params)}
 
 
+def model_description(model) -> str:
+    """Which GPU model scored a bundle: the uncalibrated formula or the calibration file's first words."""
+    return "uncalibrated formula" if model.coefficients is None else "calibrated: " + model.coefficients.origin[:60]
+
+
 def bundle_candidate(task, model, cand, cid: str, source: str, bundle: str, params: list[dict]) -> dict:
     """Score one candidate as a search would, assemble its cubin and describe its launches; raises if it cannot run."""
     import tvm
@@ -127,7 +132,8 @@ def prepare_op(job: tuple[str, int, int, str]) -> dict:
     cands, skipped = _bundle_all(task, model, dt.SearchSpace(task).sample(samples, seed=seed), "r", "random",
                                  bundle, params)
     doc = {"op": op, "target": TARGET, "flops": task.flops, "seed": seed, "params": params,
-           "workload": workload_info(op), "reference": reference, "candidates": cands, "skipped": skipped,
+           "workload": workload_info(op), "model": model_description(model), "reference": reference,
+           "candidates": cands, "skipped": skipped,
            "prepare_s": time.perf_counter() - t0}
     _write_op(bundle, doc)
     return {"op": op, "n": len(cands), "skipped": skipped, "s": doc["prepare_s"]}
@@ -143,7 +149,7 @@ def _write_op(bundle: str, doc: dict) -> None:
 
 def add_search_picks(op: str, seconds: float, top: int, bundle: str, label: str = "search") -> dict:
     """Tune the operator statically for `seconds` (as `drytune tune-op` would) and add its `top` best predictions
-    as candidates of source `label` (ids: the label's first letter and the rank; rank 0 is the search's pick)."""
+    as candidates of source `label` (ids: `label-RANK`; rank 0 is the search's pick)."""
     import drytune as dt
     from drytune import workloads
     from drytune.records import RecordStore, candidate_from_trace
@@ -158,11 +164,10 @@ def add_search_picks(op: str, seconds: float, top: int, bundle: str, label: str 
         records = RecordStore(d).records(task)
     space = dt.SearchSpace(task)
     picks = [c for c in (candidate_from_trace(task, space.sketches, r.trace) for r in records[:top]) if c]
-    cands, skipped = _bundle_all(task, model, picks, label[0], label, bundle, doc["params"])
+    cands, skipped = _bundle_all(task, model, picks, f"{label}-", label, bundle, doc["params"])
     doc["candidates"] = [c for c in doc["candidates"] if c["source"] != label] + cands
-    calibration = model.coefficients.origin if model.coefficients is not None else "uncalibrated formula"
     doc.setdefault("searches", {})[label] = {"seconds": seconds, "records": len(records), "skipped": skipped,
-                                             "wall_s": time.perf_counter() - t0, "model": calibration[:80]}
+                                             "wall_s": time.perf_counter() - t0, "model": model_description(model)}
     _write_op(bundle, doc)
     return {"op": op, "n": len(cands), "records": len(records), "s": time.perf_counter() - t0}
 
@@ -264,7 +269,11 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
     metrics = _metrics()
     _, spec = dt.resolve_target(TARGET)
     rows = {(r["op"], r["id"]): r for r in _read_jsonl(measurements)}
-    torch_rows = {r["op"]: r for r in _read_jsonl(torch_path)}
+    torch_rows: dict[str, dict] = {}  # the fastest of the op's PyTorch rows (several runs: the baseline's best)
+    for r in _read_jsonl(torch_path):
+        if "seconds" in r and r["seconds"] < torch_rows.get(r["op"], {}).get("seconds", float("inf")):
+            torch_rows[r["op"]] = r
+        torch_rows.setdefault(r["op"], r)
     docs = []
     for name in sorted(os.listdir(os.path.join(bundle, "ops"))):
         with open(os.path.join(bundle, "ops", name)) as f:
@@ -292,7 +301,7 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
             print(f"{op}: only {len(good)} measured candidates, left out", flush=True)
             continue
         meas = np.array([r["seconds"] for _, r, _ in good])
-        formula = np.array([c["predicted_s"] for c, _, _ in good])
+        scored = np.array([c["predicted_s"] for c, _, _ in good])
         coef = fit_terms([p for p in random_pairs if p[2] != op], spec)
         loo = np.array([t @ coef for _, _, t in good]) / (spec.freq_ghz * 1e9)
         spread = np.array([(max(r["times"]) - min(r["times"])) / r["seconds"] for _, r, _ in good])
@@ -300,14 +309,21 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
                       and candidate_terms(c, spec) is None)
         row = {"op": op, "n": len(good), "errors": errors, "scored_invalid_but_ran": invalid,
                "skipped_at_prepare": doc["skipped"], "noise_median_spread": float(np.median(spread)),
-               "formula": metrics(formula, meas), "calibrated_loo": metrics(loo, meas),
+               "model": doc.get("model", "uncalibrated formula"), "scored": metrics(scored, meas),
+               "calibrated_loo": metrics(loo, meas),
                "flops": metrics(np.array([c["tir_flops"] for c, _, _ in good]), meas),
                "best_measured_s": float(meas.min()),
-               "formula_pick_s": float(meas[np.argmin(formula)]), "calibrated_pick_s": float(meas[np.argmin(loo)]),
-               "formula_over_meas": float(np.median(formula / meas)),
+               "scored_pick_s": float(meas[np.argmin(scored)]), "calibrated_pick_s": float(meas[np.argmin(loo)]),
+               "scored_over_meas": float(np.median(scored / meas)),
                "calibrated_over_meas": float(np.median(loo / meas)),
                "gflops_best": doc["flops"] / float(meas.min()) / 1e9,
                "score_s_median": float(np.median([c["score_s"] for c in doc["candidates"]]))}
+        kernels = [k for c in doc["candidates"] if c["source"] == "random" for k in c["features"]]
+        row["ptx"] = {"kernels_per_candidate": float(np.median([len(c["features"]) for c in doc["candidates"]])),
+                      **{name: float(np.median([k[name] for k in kernels])) for name in
+                         ("registers", "occupancy", "waves", "dyn_instructions", "bank_conflict_degree")},
+                      "with_spills": float(np.mean([k["spill_bytes"] > 0 for k in kernels])),
+                      "fma_share": float(np.median([k["fma"] / max(1.0, k["dyn_instructions"]) for k in kernels]))}
         row["searches"] = {}
         for label in sorted({c["source"] for c in doc["candidates"]} - {"random"}):
             mine = sorted((c for c in doc["candidates"] if c["source"] == label), key=lambda c: c["id"])
@@ -326,8 +342,8 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
             except Exception as err:  # noqa: BLE001 - reported in the table
                 row["xgb_error"] = f"{type(err).__name__}: {str(err)[:160]}"
         table.append(row)
-        f, c = row["formula"], row["calibrated_loo"]
-        print(f"{op:20s} n={len(good):3d} formula rho={f['spearman']:.2f} top1={f['top1']:.2f} | calibrated LOO "
+        f, c = row["scored"], row["calibrated_loo"]
+        print(f"{op:20s} n={len(good):3d} scored rho={f['spearman']:.2f} top1={f['top1']:.2f} | calibrated LOO "
               f"rho={c['spearman']:.2f} top1={c['top1']:.2f} top10={c['top10']:.2f} | flops rho="
               f"{row['flops']['spearman']:.2f} | errors {errors}", flush=True)
     suffix = f"_{tag}" if tag else ""
@@ -347,10 +363,11 @@ def write_markdown(table: list[dict], path: str, device: str, xgb_sizes: tuple[i
         return "-" if x is None else f"{x * 1e6:.1f}"
 
     lines = [f"CUDA cost-model fidelity ({time.strftime('%Y-%m-%d')}): random `{TARGET}` candidates scored here from "
-             f"PTX and ptxas (no GPU), then measured on {device}. 'formula': the uncalibrated GPU formula that scored "
-             "them; 'calibrated': the GPU terms with weights fitted leave-one-operator-out (never on the operator "
+             f"PTX and ptxas (no GPU), then measured on {device}. 'scored': the model that scored them when the "
+             f"bundle was made ({'; '.join(sorted({t['model'] for t in table}))}); 'calibrated': the GPU terms with "
+             "weights fitted leave-one-operator-out (never on the operator "
              "scored).", "",
-             "| op | n | failed on GPU | noise | formula rho | calibrated rho | Kendall | pairwise | top-1 | top-10 "
+             "| op | n | failed on GPU | noise | scored rho | calibrated rho | Kendall | pairwise | top-1 | top-10 "
              "| FLOP rho | " + "".join(f"XGB-{n} rho | " for n in xgb_sizes),
              "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(xgb_sizes)]
     for t in table:
@@ -358,10 +375,10 @@ def write_markdown(table: list[dict], path: str, device: str, xgb_sizes: tuple[i
         xs = "".join((f"{t['xgb'][str(n)]['spearman']:.2f}" if str(n) in t.get("xgb", {}) else "-") + " | "
                      for n in xgb_sizes)
         lines.append(f"| {t['op']} | {t['n']} | {sum(t['errors'].values())} | {t['noise_median_spread']:.2f} | "
-                     f"{t['formula']['spearman']:.2f} | " + " | ".join(f"{c[k]:.2f}" for k in keys)
+                     f"{t['scored']['spearman']:.2f} | " + " | ".join(f"{c[k]:.2f}" for k in keys)
                      + f" | {t['flops']['spearman']:.2f} | " + xs)
     xm = "".join(med(lambda t, n=n: t.get("xgb", {}).get(str(n), {}).get("spearman")) + " | " for n in xgb_sizes)
-    lines.append("| **median** | | | | " + med(lambda t: t["formula"]["spearman"]) + " | "
+    lines.append("| **median** | | | | " + med(lambda t: t["scored"]["spearman"]) + " | "
                  + " | ".join(med(lambda t, k=k: t["calibrated_loo"][k]) for k in keys) + " | "
                  + med(lambda t: t["flops"]["spearman"]) + " | " + xm)
     labels = sorted({lb for t in table for lb in t.get("searches", {})})
@@ -376,9 +393,17 @@ def write_markdown(table: list[dict], path: str, device: str, xgb_sizes: tuple[i
         ratio = f"{ours / t['torch_s']:.2f}" if t.get("torch_s") else "-"
         lines.append(f"| {t['op']} | {us(t['best_measured_s'])} | {us(t['calibrated_pick_s'])} | "
                      + "".join(f"{us(x)} | " for x in picks) + f"{us(t.get('torch_s'))} | {ratio} |")
-    lines += ["", "Medians with the uncalibrated formula: " + ", ".join(
-        f"{k} {med(lambda t, k=k: t['formula'][k])}" for k in keys) + ".",
-        f"Median predicted / measured latency: formula {med(lambda t: t['formula_over_meas'])}, calibrated "
+    lines += ["", "PTX and ptxas features of the random candidates (medians over their kernels; no GPU needed):", "",
+              "| op | kernels | registers | occupancy | waves | kernels with spills | bank-conflict degree | "
+              "dynamic instructions per thread | FMA share |", "|---|---|---|---|---|---|---|---|---|"]
+    for t in table:
+        x = t["ptx"]
+        lines.append(f"| {t['op']} | {x['kernels_per_candidate']:.0f} | {x['registers']:.0f} | {x['occupancy']:.2f} | "
+                     f"{x['waves']:.2f} | {x['with_spills']:.0%} | {x['bank_conflict_degree']:.0f} | "
+                     f"{x['dyn_instructions']:.0f} | {x['fma_share']:.2f} |")
+    lines += ["", "Medians of the scoring model: " + ", ".join(
+        f"{k} {med(lambda t, k=k: t['scored'][k])}" for k in keys) + ".",
+        f"Median predicted / measured latency: scoring model {med(lambda t: t['scored_over_meas'])}, calibrated "
         f"{med(lambda t: t['calibrated_over_meas'])}.",
         f"Full CUDA score (build to PTX, ptxas, features): {1 / float(med(lambda t: t['score_s_median'])):.1f} "
         "candidates/s in one process (median over operators). Noise: median (max - min) / median of each "
