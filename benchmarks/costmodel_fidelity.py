@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
+
+from fidelity_eval import static_search_picks
 
 import drytune as dt
 from drytune import workloads
 from drytune.costmodel.dataset import collect, measure_candidates, read_rows
-from drytune.records import RecordStore, candidate_from_trace
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "fidelity_measurements_llvm.jsonl")
@@ -57,11 +57,7 @@ def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) ->
     for name in ops:
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as d:
-            dt.tune(task, seconds=seconds, work_dir=d, progress=False, seed=7)
-            records = RecordStore(d).records(task)
-        space = dt.SearchSpace(task)
-        cands = [c for c in (candidate_from_trace(task, space.sketches, r.trace) for r in records[:top]) if c]
+        cands, _ = static_search_picks(task, seconds, top)
         rows = list(measure_candidates(cands, path, source="search"))
         fails = sum(not r.ok for r in rows)
         print(f"{name:20s} searched {seconds:.0f}s, measured {len(rows):3d} new of its {len(cands)} best predictions "

@@ -150,26 +150,23 @@ def _write_op(bundle: str, doc: dict) -> None:
 def add_search_picks(op: str, seconds: float, top: int, bundle: str, label: str = "search") -> dict:
     """Tune the operator statically for `seconds` (as `drytune tune-op` would) and add its `top` best predictions
     as candidates of source `label` (ids: `label-RANK`; rank 0 is the search's pick)."""
+    from fidelity_eval import static_search_picks
+
     import drytune as dt
     from drytune import workloads
-    from drytune.records import RecordStore, candidate_from_trace
 
     with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
         doc = json.load(f)
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     model = dt.StaticCostModel(TARGET)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d:
-        dt.tune(task, seconds=seconds, work_dir=d, progress=False, seed=7)
-        records = RecordStore(d).records(task)
-    space = dt.SearchSpace(task)
-    picks = [c for c in (candidate_from_trace(task, space.sketches, r.trace) for r in records[:top]) if c]
+    picks, n_records = static_search_picks(task, seconds, top)
     cands, skipped = _bundle_all(task, model, picks, f"{label}-", label, bundle, doc["params"])
     doc["candidates"] = [c for c in doc["candidates"] if c["source"] != label] + cands
-    doc.setdefault("searches", {})[label] = {"seconds": seconds, "records": len(records), "skipped": skipped,
+    doc.setdefault("searches", {})[label] = {"seconds": seconds, "records": n_records, "skipped": skipped,
                                              "wall_s": time.perf_counter() - t0, "model": model_description(model)}
     _write_op(bundle, doc)
-    return {"op": op, "n": len(cands), "records": len(records), "s": time.perf_counter() - t0}
+    return {"op": op, "n": len(cands), "records": n_records, "s": time.perf_counter() - t0}
 
 
 def run_prepare(ops: list[str], samples: int, seed: int, bundle: str, workers: int) -> None:
@@ -186,9 +183,9 @@ def _metrics():
     return metrics
 
 
-def xgb_cuda(op: str, cands: list[dict], meas: np.ndarray, sizes: tuple[int, ...], seed: int = 0) -> dict:
+def xgb_cuda(op: str, cands: list[dict], meas: np.ndarray, sizes: tuple[int, ...]) -> dict:
     """MetaSchedule's XGBoost model trained on n measured candidates of the operator, scored on the others."""
-    from tvm.s_tir import meta_schedule as ms
+    from fidelity_eval import xgb_metrics_for
 
     import drytune as dt
     from drytune import workloads
@@ -196,27 +193,9 @@ def xgb_cuda(op: str, cands: list[dict], meas: np.ndarray, sizes: tuple[int, ...
 
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     space = dt.SearchSpace(task)
-    ctx = ms.TuneContext(mod=task.mod, target=task.target, space_generator="post-order-apply",
-                         search_strategy="evolutionary", num_threads=1)
-    args_info = ms.arg_info.ArgInfo.from_prim_func(task.func)
-    scheds = []
-    for c in cands:
-        decisions = {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()}
-        scheds.append(ms.MeasureCandidate(Candidate(task, space.sketch(c["sketch"]), decisions).to_schedule(),
-                                          args_info))
-    order = np.random.default_rng(seed).permutation(len(cands))
-    metrics = _metrics()
-    out = {}
-    for n in sizes:
-        if n >= len(cands) - 10:
-            continue
-        train, test = order[:n], order[n:]
-        model = ms.cost_model.XGBModel(num_warmup_samples=0, adaptive_training=False)
-        model.update(ctx, [scheds[i] for i in train],
-                     [ms.runner.RunnerResult([float(meas[i])], None) for i in train])
-        score = np.asarray(model.predict(ctx, [scheds[i] for i in test]))
-        out[str(n)] = metrics(-score, meas[test])
-    return out
+    built = [Candidate(task, space.sketch(c["sketch"]),
+                       {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()}) for c in cands]
+    return {str(n): m for n, m in xgb_metrics_for(task, built, meas, sizes).items()}
 
 
 def _read_jsonl(path: str) -> list[dict]:

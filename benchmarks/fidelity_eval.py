@@ -117,29 +117,46 @@ def metrics(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
             "top10": top_k_ratio(pred, meas, 10)}
 
 
-def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, dict[str, float]]:
-    """MetaSchedule's XGBoost cost model trained on n measured samples of the same operator, scored on the rest."""
+def xgb_metrics_for(task: dt.Task, cands: list, meas: np.ndarray, sizes: tuple[int, ...] = XGB_SIZES,
+                    seed: int = 0) -> dict[int, dict[str, float]]:
+    """MetaSchedule's XGBoost cost model trained on n of the measured candidates, scored on the others."""
     from tvm.s_tir import meta_schedule as ms
 
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
-    space = dt.SearchSpace(task)
     ctx = ms.TuneContext(mod=task.mod, target=task.target, space_generator="post-order-apply",
                          search_strategy="evolutionary", num_threads=1)
     args_info = ms.arg_info.ArgInfo.from_prim_func(task.func)
-    cands = [ms.MeasureCandidate(r.candidate(space).to_schedule(), args_info) for r in rows]
-    meas = np.array([r.seconds for r in rows])
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(rows))
+    scheds = [ms.MeasureCandidate(c.to_schedule(), args_info) for c in cands]
+    order = np.random.default_rng(seed).permutation(len(cands))
     out = {}
-    for n in XGB_SIZES:
-        if n >= len(rows) - 10:
+    for n in sizes:
+        if n >= len(cands) - 10:
             continue
         train, test = order[:n], order[n:]
         model = ms.cost_model.XGBModel(num_warmup_samples=0, adaptive_training=False)
-        model.update(ctx, [cands[i] for i in train], [ms.runner.RunnerResult([float(meas[i])], None) for i in train])
-        score = np.asarray(model.predict(ctx, [cands[i] for i in test]))  # higher = faster
+        model.update(ctx, [scheds[i] for i in train], [ms.runner.RunnerResult([float(meas[i])], None) for i in train])
+        score = np.asarray(model.predict(ctx, [scheds[i] for i in test]))  # higher = faster
         out[n] = metrics(-score, meas[test])
     return out
+
+
+def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, dict[str, float]]:
+    """`xgb_metrics_for` on the measured rows of a CPU suite operator."""
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    space = dt.SearchSpace(task)
+    return xgb_metrics_for(task, [r.candidate(space) for r in rows], np.array([r.seconds for r in rows]), seed=seed)
+
+
+def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) -> tuple[list, int]:
+    """Tune `task` statically for `seconds` in a scratch directory; its `top` best predictions and the record count."""
+    import tempfile
+
+    from drytune.records import RecordStore, candidate_from_trace
+
+    with tempfile.TemporaryDirectory() as d:
+        dt.tune(task, seconds=seconds, work_dir=d, progress=False, seed=seed)
+        records = RecordStore(d).records(task)
+    space = dt.SearchSpace(task)
+    return [c for c in (candidate_from_trace(task, space.sketches, r.trace) for r in records[:top]) if c], len(records)
 
 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
