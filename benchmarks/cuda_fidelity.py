@@ -217,16 +217,43 @@ def candidate_terms(cand: dict, spec) -> np.ndarray | None:
 def fit_terms(pairs: list[tuple[np.ndarray, float, str]], spec) -> np.ndarray:
     """Non-negative term weights (cycles per unit), fitted as the CPU coefficients are (log ranking per operator)."""
     from drytune.costmodel.calibrate import fit_log_ranking
-    from drytune.costmodel.model import GPU_TERM_NAMES
 
     return fit_log_ranking(np.array([t for t, _, _ in pairs]), np.array([s for _, s, _ in pairs]), spec.freq_ghz,
-                           groups=[o for _, _, o in pairs], init=np.ones(len(GPU_TERM_NAMES)))
+                           groups=[o for _, _, o in pairs], init=np.ones(len(pairs[0][0])))
 
 
-def write_fit(pairs: list[tuple[np.ndarray, float, str]], spec, device: str, measurements: str, out: str) -> None:
+def prescore_terms_of(op: str, cands: list[dict], spec) -> dict[str, np.ndarray]:
+    """TIR-only pre-score terms (`gpu_prescore`) of bundled candidates, by id (those that fit an SM)."""
+    import drytune as dt
+    from drytune import workloads
+    from drytune.annotate.candidate import Candidate
+    from drytune.costmodel.gpu_prescore import kernel_work, prescore_terms
+
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    space = dt.SearchSpace(task)
+    out = {}
+    for c in cands:
+        cand = Candidate(task, space.sketch(c["sketch"]),
+                         {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
+        terms = prescore_terms(kernel_work(cand.to_mod(), TARGET), spec)
+        if terms is not None:
+            out[c["id"]] = terms
+    return out
+
+
+def write_fit(pairs: list[tuple[np.ndarray, float, str]], spec, device: str, measurements: str, out: str,
+              pre_pairs: list[tuple[np.ndarray, float, str]] | None = None) -> None:
+    from drytune.costmodel.gpu_prescore import PRESCORE_TERM_NAMES
     from drytune.costmodel.model import GPU_TERM_NAMES, Coefficients
 
     coef = fit_terms(pairs, spec)
+    extra: dict = {}
+    if pre_pairs:
+        pre = fit_terms(pre_pairs, spec)
+        extra["prescore"] = dict(zip(PRESCORE_TERM_NAMES, map(float, pre), strict=True))
+        extra["prescore_origin"] = (f"Fitted the same way to {len(pre_pairs)} of the same candidates: the weights of "
+                                    "drytune.costmodel.gpu_prescore's TIR-only terms (per-thread operation counts of "
+                                    "the lowered kernels and their launch; no CUDA C, nvcc or ptxas).")
     pred = np.array([t @ coef for t, _, _ in pairs]) / (spec.freq_ghz * 1e9)
     rel = float(np.median(np.abs(pred / np.array([s for _, s, _ in pairs]) - 1)))
     origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/cuda_fidelity.py --phase report --fit-out with "
@@ -237,12 +264,12 @@ def write_fit(pairs: list[tuple[np.ndarray, float, str]], spec, device: str, mea
               f"median relative error of the fit {rel:.2f}. Its leave-one-operator-out quality is the cuda_fidelity "
               "report's table.")
     Coefficients("nvidia", dict(zip(GPU_TERM_NAMES, map(float, coef), strict=True)), origin,
-                 {"fit_median_rel_error": rel}).save(out)
+                 {"fit_median_rel_error": rel, **extra}).save(out)
     print(f"wrote {out} (median relative error {rel:.2f})", flush=True)
 
 
 def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes: tuple[int, ...],
-               torch_path: str = "", fit_out: str = "") -> None:
+               torch_path: str = "", fit_out: str = "", with_prescore: bool = True) -> None:
     import drytune as dt
 
     metrics = _metrics()
@@ -265,8 +292,16 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
             if r is not None and "seconds" in r and terms is not None:
                 measured.setdefault(doc["op"], []).append((c, r, terms))
     random_pairs = [(t, r["seconds"], op) for op, L in measured.items() for c, r, t in L if c["source"] == "random"]
+    pre: dict[str, dict[str, np.ndarray]] = {}
+    if with_prescore:
+        for op, L in measured.items():
+            pre[op] = prescore_terms_of(op, [c for c, _, _ in L if c["source"] == "random"], spec)
+    pre_pairs = [(pre[op][c["id"]], r["seconds"], op) for op, L in measured.items() for c, r, _ in L
+                 if c["id"] in pre.get(op, {})]
     if fit_out:
-        write_fit(random_pairs, spec, device, measurements, fit_out)
+        write_fit(random_pairs, spec, device, measurements, fit_out, pre_pairs)
+    model = dt.StaticCostModel(TARGET)  # the shipped calibration, for its pre-score weights
+    shipped_pre = (model.coefficients.extra.get("prescore") if model.coefficients is not None else None)
     table = []
     for doc in docs:
         op = doc["op"]
@@ -297,6 +332,16 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
                "calibrated_over_meas": float(np.median(loo / meas)),
                "gflops_best": doc["flops"] / float(meas.min()) / 1e9,
                "score_s_median": float(np.median([c["score_s"] for c in doc["candidates"]]))}
+        if pre.get(op):
+            from drytune.costmodel.gpu_prescore import PRESCORE_TERM_NAMES
+
+            mine = [(pre[op][c["id"]], r["seconds"]) for c, r, _ in good if c["id"] in pre[op]]
+            coef = fit_terms([p for p in pre_pairs if p[2] != op], spec)
+            pm = np.array([s for _, s in mine])
+            row["prescore_loo"] = metrics(np.array([t @ coef for t, _ in mine]), pm)
+            if shipped_pre:
+                w = np.array([shipped_pre[n] for n in PRESCORE_TERM_NAMES])
+                row["prescore_shipped"] = metrics(np.array([t @ w for t, _ in mine]), pm)
         kernels = [k for c in doc["candidates"] if c["source"] == "random" for k in c["features"]]
         row["ptx"] = {"kernels_per_candidate": float(np.median([len(c["features"]) for c in doc["candidates"]])),
                       **{name: float(np.median([k[name] for k in kernels])) for name in
@@ -387,6 +432,12 @@ def write_markdown(table: list[dict], path: str, device: str, xgb_sizes: tuple[i
         lines.append(f"| {t['op']} | {x['kernels_per_candidate']:.0f} | {x['registers']:.0f} | {x['occupancy']:.2f} | "
                      f"{x['waves']:.2f} | {x['with_spills']:.0%} | {x['bank_conflict_degree']:.0f} | "
                      f"{x['dyn_instructions']:.0f} | {x['fma_share']:.2f} |")
+    if any("prescore_loo" in t for t in table):
+        lines += ["", "TIR-only GPU pre-score (`costmodel/gpu_prescore.py`: lowering only, no CUDA C, nvcc or "
+                  "ptxas), medians: weights fitted leave-one-operator-out: " + ", ".join(
+                      f"{k} {med(lambda t, k=k: t.get('prescore_loo', {}).get(k))}" for k in keys)
+                  + "; the shipped weights: " + ", ".join(
+                      f"{k} {med(lambda t, k=k: t.get('prescore_shipped', {}).get(k))}" for k in keys) + "."]
     lines += ["", "Medians of the scoring model: " + ", ".join(
         f"{k} {med(lambda t, k=k: t['scored'][k])}" for k in keys) + ".",
         f"Median predicted / measured latency: scoring model {med(lambda t: t['scored_over_meas'])}, calibrated "
@@ -416,6 +467,7 @@ def main() -> int:
     ap.add_argument("--xgb-sizes", default="32,64")
     ap.add_argument("--torch", default="", help="PyTorch baseline rows from cuda_torch_baselines.py")
     ap.add_argument("--fit-out", default="", help="write GPU term weights fitted on every operator to this file")
+    ap.add_argument("--no-prescore", action="store_true", help="skip the TIR-only pre-score evaluation")
     args = ap.parse_args()
     from drytune import workloads
 
@@ -431,7 +483,8 @@ def main() -> int:
         if not args.measurements:
             ap.error("--phase report needs --measurements")
         run_report(args.bundle, args.measurements, args.tag, args.device,
-                   tuple(int(x) for x in args.xgb_sizes.split(",") if x), args.torch, args.fit_out)
+                   tuple(int(x) for x in args.xgb_sizes.split(",") if x), args.torch, args.fit_out,
+                   not args.no_prescore)
     return 0
 
 

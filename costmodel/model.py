@@ -174,8 +174,13 @@ class StaticCostModel(CostModel):
 
     @classmethod
     def prescore_is_cheap(cls, target: str | dict | tvm.target.Target) -> bool:
-        """The pre-score skips code generation on CPU targets; on CUDA it is the full score."""
-        return not resolve_target(target)[1].is_gpu
+        """The pre-score skips code generation on CPU targets, and on CUDA when the GPU generation's calibration
+        has pre-score weights (TIR-only terms); otherwise it is the full score."""
+        spec = resolve_target(target)[1]
+        if not spec.is_gpu:
+            return True
+        path = gpu_coefficients_path(spec)
+        return path is not None and "prescore" in Coefficients.load(path, GPU_TERM_NAMES).extra
 
     def features(self, task: Task, candidate: Candidate) -> CPUFeatures:
         """CPU features of one candidate (raises on a candidate that cannot be built or analysed)."""
@@ -219,14 +224,24 @@ class StaticCostModel(CostModel):
         return np.array([self._predict_one(task, c) for c in candidates], dtype=np.float64)
 
     def prescore(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
-        """TIR-only estimate (no code generation); CUDA falls back to the full score."""
-        if self.is_gpu:
+        """A cheap estimate without code generation: the TIR kernel model on CPU; on CUDA the TIR-only GPU terms
+        when the calibration weighs them, else the full score."""
+        gpu_weights = (self.coefficients.extra.get("prescore") if self.is_gpu and self.coefficients is not None
+                       else None)
+        if self.is_gpu and gpu_weights is None:
             return self.predict(task, candidates)
         out = []
         for cand in candidates:
             try:
-                tree = LoopTree.from_mod(cand.to_mod())
-                out.append(prescore_cycles(tree, self.spec) / (self.spec.freq_ghz * 1e9))
+                if self.is_gpu:
+                    from .gpu_prescore import PRESCORE_TERM_NAMES, kernel_work, prescore_terms
+
+                    terms = prescore_terms(kernel_work(cand.to_mod(), self.target), self.spec)
+                    weights = np.array([gpu_weights[n] for n in PRESCORE_TERM_NAMES])
+                    cycles = math.inf if terms is None else float(weights @ terms)
+                else:
+                    cycles = prescore_cycles(LoopTree.from_mod(cand.to_mod()), self.spec)
+                out.append(cycles / (self.spec.freq_ghz * 1e9))
             except Exception as err:  # noqa: BLE001 - counted like a full-score failure
                 self._fail("prescore:" + type(err).__name__, err)
                 out.append(math.inf)

@@ -2,10 +2,12 @@
 
 import shutil
 
+import numpy as np
 import pytest
 import tvm
 from tvm import s_tir, te
 
+import drytune as dt
 from drytune import workloads
 from drytune.costmodel import cuda_build as cb
 from drytune.costmodel import gpu_features as gf
@@ -335,3 +337,47 @@ def test_ptx_cache_and_parse_errors():
 def test_instruction_classes(opcode, operands, cls):
     assert ptx.classify(opcode, operands) == cls
 
+
+
+def _two_elementwise_kernels():
+    A = te.placeholder((1024,), "float32", name="A")
+    B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((1024,), lambda i: B[i] + A[i], name="C")
+    sch = s_tir.Schedule(te.create_prim_func([A, C]))
+    for name in ("B", "C"):
+        (i,) = sch.get_loops(sch.get_sblock(name))
+        bx, tx = sch.split(i, [None, 128])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+    return sch.mod
+
+
+def test_tir_prescore_counts_each_threads_work():
+    from drytune.costmodel.gpu_prescore import kernel_work, prescore_terms
+
+    first, second = kernel_work(_two_elementwise_kernels(), "cuda-sm90")
+    # B[i] = A[i] * 2: one global load and one global store per thread, the multiply, and the index
+    # blockIdx.x * 128 + threadIdx.x (an add and a multiply); C[i] = B[i] + A[i]: two loads, the add, the index
+    assert (first.blocks, first.threads_per_block) == (8, 128) == (second.blocks, second.threads_per_block)
+    assert (first.global_accesses, first.arith) == (2, 3)
+    assert (second.global_accesses, second.arith) == (3, 3)
+    assert first.shared_accesses == first.local_accesses == 0
+    _, spec = resolve_target("cuda-sm90")
+    terms = prescore_terms([first, second], spec)
+    assert terms[3] == 2.0  # two launches
+    assert terms[0] == (5 + 6) * 4 * 1 / 4  # operations x warps x blocks on the busiest SM / 4 schedulers
+
+
+def test_cuda_prescore_uses_tir_terms_when_the_calibration_weighs_them():
+    from drytune.costmodel.model import Coefficients, StaticCostModel
+
+    task = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "cuda-sm90", name="gemm")
+    cands = dt.SearchSpace(task).sample(4, seed=3)
+    model = StaticCostModel("cuda-sm90")
+    assert "prescore" in model.coefficients.extra and StaticCostModel.prescore_is_cheap("cuda-sm90")
+    pre = model.prescore(task, cands)
+    assert np.all(np.isfinite(pre)) and np.all(pre > 0)
+    assert not np.allclose(pre, model.predict(task, cands))  # not the full score
+    # a calibration without pre-score weights: the pre-score is the full score
+    without = StaticCostModel("cuda-sm90", coefficients=Coefficients("nvidia", model.coefficients.values, "test"))
+    assert np.allclose(without.prescore(task, cands), without.predict(task, cands))
