@@ -86,8 +86,7 @@ def test_launch_configs_of_two_kernels_with_vthreads():
     assert all(c.grid == (8, 1, 1) and c.block == (64, 1, 1) and c.vthreads == 2 for c in configs)
 
 
-def test_kernel_arguments_and_workspace_describe_every_launch():
-    """Two kernels through a global intermediate: each parameter names a function buffer or a workspace."""
+def _two_elementwise_kernels():
     A = te.placeholder((1024,), "float32", name="A")
     B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
     C = te.compute((1024,), lambda i: B[i] + A[i], name="C")
@@ -97,7 +96,12 @@ def test_kernel_arguments_and_workspace_describe_every_launch():
         bx, tx = sch.split(i, [None, 128])
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
-    built = cb.build_cuda(sch.mod, "cuda-sm90")
+    return sch.mod
+
+
+def test_kernel_arguments_and_workspace_describe_every_launch():
+    """Two kernels through a global intermediate: each parameter names a function buffer or a workspace."""
+    built = cb.build_cuda(_two_elementwise_kernels(), "cuda-sm90")
     assert built.workspace == {"B": 1024 * 4}
     assert set(built.kernel_args) == {"main_kernel", "main_kernel_1"}
     assert set(built.kernel_args["main_kernel"]) == {"A", "B"}
@@ -337,19 +341,6 @@ def test_ptx_cache_and_parse_errors():
 def test_instruction_classes(opcode, operands, cls):
     assert ptx.classify(opcode, operands) == cls
 
-
-
-def _two_elementwise_kernels():
-    A = te.placeholder((1024,), "float32", name="A")
-    B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
-    C = te.compute((1024,), lambda i: B[i] + A[i], name="C")
-    sch = s_tir.Schedule(te.create_prim_func([A, C]))
-    for name in ("B", "C"):
-        (i,) = sch.get_loops(sch.get_sblock(name))
-        bx, tx = sch.split(i, [None, 128])
-        sch.bind(bx, "blockIdx.x")
-        sch.bind(tx, "threadIdx.x")
-    return sch.mod
 
 
 def test_tir_prescore_counts_each_threads_work():
