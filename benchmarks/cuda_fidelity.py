@@ -20,9 +20,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -58,18 +56,17 @@ def bundle_candidate(task, model, cand, cid: str, source: str, bundle: str, para
     """Score one candidate as a search would, assemble its cubin and describe its launches; raises if it cannot run."""
     import tvm
 
-    from drytune.costmodel.cuda_build import CudaBuildConfig, build_cuda
+    from drytune.costmodel.cuda_build import assemble_cubin, build_cuda
     from drytune.costmodel.gpu_features import features_from_build
 
-    config = CudaBuildConfig()
-    t1 = time.perf_counter()
-    predicted = float(model.predict(task, [cand])[0])
+    t1 = time.perf_counter()  # what StaticCostModel.predict does for one candidate, built once and kept
+    mod = cand.to_mod()
+    build = build_cuda(mod, TARGET)
+    feats = features_from_build(build, model.spec)
+    predicted = model.seconds_from_gpu_features(feats)
     score_s = time.perf_counter() - t1
     if not np.isfinite(predicted):
         raise ValueError("scored invalid by the static model")
-    mod = cand.to_mod()
-    build = build_cuda(mod, TARGET, config)
-    feats = features_from_build(build, model.spec)
     args, scratch = build.kernel_args, build.workspace
     known = {p["name"] for p in params} | set(scratch)
     unknown = sorted({a for k in build.launch for a in args.get(k.kernel, ("?",)) if a not in known})
@@ -77,11 +74,7 @@ def bundle_candidate(task, model, cand, cid: str, source: str, bundle: str, para
         raise ValueError(f"kernel arguments with no buffer: {unknown}")
     cubin = os.path.join("cubin", task.name, f"{cid}.cubin")
     os.makedirs(os.path.join(bundle, "cubin", task.name), exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(build.ptx)
-        f.flush()
-        subprocess.run([config.ptxas, f"-arch={build.arch}", *config.ptxas_flags, "-o",
-                        os.path.join(bundle, cubin), f.name], check=True, capture_output=True, text=True)
+    assemble_cubin(build.ptx, build.arch, os.path.join(bundle, cubin))
     used = {a for k in build.launch for a in args[k.kernel]}
     return {
         "id": cid, "source": source, "sketch": cand.sketch.name,

@@ -219,7 +219,7 @@ def lower_device(mod: tvm.IRModule, target: str | dict | Target) -> dict[str, ti
     return out
 
 
-def _static_bytes(buf: tirx.Buffer) -> int | None:
+def static_bytes(buf: tirx.Buffer) -> int | None:
     """Bytes of a buffer with a constant shape (None for a symbolic one)."""
     if not all(isinstance(d, tirx.IntImm) for d in buf.shape):
         return None
@@ -237,7 +237,7 @@ def dynamic_smem_bytes(func: tirx.PrimFunc) -> int:
     def visit(node: tirx.AllocBuffer) -> None:
         nonlocal total
         if str(node.buffer.scope()) == "shared.dyn":
-            total += _static_bytes(node.buffer) or 0
+            total += static_bytes(node.buffer) or 0
 
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, visit)], order="pre")
     return total
@@ -268,7 +268,7 @@ def workspace_bytes(func: tirx.PrimFunc) -> dict[str, int]:
 
     def visit(block: s_tir.SBlock) -> None:
         for buf in block.alloc_buffers:
-            size = _static_bytes(buf) if str(buf.scope()) == "global" else None
+            size = static_bytes(buf) if str(buf.scope()) == "global" else None
             if size is not None:
                 found[buf.name] = size
 
@@ -361,20 +361,30 @@ def compile_ptx(source: str, arch: str, config: CudaBuildConfig | None = None) -
     return _cached(_cache_key("ptx", source, arch, config.nvcc_flags), config, produce)
 
 
+def _ptxas(ptx: str, arch: str, out: str, config: CudaBuildConfig) -> str:
+    """Assemble `ptx` to the cubin `out` with `ptxas -v`; returns the verbose report."""
+    with tempfile.TemporaryDirectory(prefix="drytune_ptxas_") as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(ptx)
+        proc = _run("ptxas", [config.ptxas, "-v", f"-arch={arch}", *config.ptxas_flags, "-o", out, src], config)
+        return proc.stderr + proc.stdout
+
+
 def ptxas_log(ptx: str, arch: str, config: CudaBuildConfig | None = None) -> str:
     """The verbose report of `ptxas -v` on `ptx`; cached by PTX hash."""
     config = config or CudaBuildConfig()
 
     def produce() -> str:
-        with tempfile.TemporaryDirectory(prefix="drytune_ptxas_") as tmp:
-            src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-            with open(src, "w", encoding="utf-8") as f:
-                f.write(ptx)
-            proc = _run("ptxas", [config.ptxas, "-v", f"-arch={arch}", *config.ptxas_flags, "-o", out, src],
-                        config)
-            return proc.stderr + proc.stdout
+        with tempfile.TemporaryDirectory(prefix="drytune_cubin_") as tmp:
+            return _ptxas(ptx, arch, os.path.join(tmp, "k.cubin"), config)
 
     return _cached(_cache_key("ptxas", ptx, arch, config.ptxas_flags), config, produce)
+
+
+def assemble_cubin(ptx: str, arch: str, path: str, config: CudaBuildConfig | None = None) -> None:
+    """Write the cubin of `ptx` to `path` with the same ptxas flags as the resource report (to run it elsewhere)."""
+    _ptxas(ptx, arch, path, config or CudaBuildConfig())
 
 
 _RE_ENTRY = re.compile(r"(?:Compiling entry function|Function properties for) '?([\w$.]+)'?")

@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..target import HardwareSpec
-from .cuda_build import launch_configs, lower_device
+from .cuda_build import launch_configs, lower_device, static_bytes
 from .gpu_features import occupancy
 
 PRESCORE_TERM_NAMES = ("issue", "shared", "memory_latency", "launch", "latency")
@@ -77,14 +77,14 @@ class _Counter:
             if stmt.else_case is not None:
                 self.stmt(stmt.else_case, mult)
         elif isinstance(stmt, tirx.AllocBuffer):
-            size = 1
-            for d in stmt.buffer.shape:
-                size *= int(d) if isinstance(d, tirx.IntImm) else 1
             space = _space(stmt.buffer)
             if space == "local":
+                size = 1
+                for d in stmt.buffer.shape:
+                    size *= int(d) if isinstance(d, tirx.IntImm) else 1
                 self.local_elements += size
             elif space == "shared":
-                self.smem_bytes += size * max(1, tvm.DataType(str(stmt.buffer.dtype)).bits // 8)
+                self.smem_bytes += static_bytes(stmt.buffer) or 0
         else:
             if type(stmt).__name__ in ("Bind", "LetStmt", "Evaluate"):
                 self.expr(stmt.value, mult)

@@ -10,6 +10,7 @@ issue, latency and shared-memory work spread over the SMs and resident warps, ti
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -82,6 +83,16 @@ def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str
         if os.path.exists(path):
             return path
     raise FileNotFoundError(f"no coefficients file for architecture {spec.arch!r} in {COEFF_DIR}")
+
+
+def _gpu_calibration(path: str) -> Coefficients:
+    """A GPU calibration file, read again only when it changes (the tuner asks about pre-score weights each round)."""
+    return _load_gpu_calibration(path, os.path.getmtime(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_gpu_calibration(path: str, _mtime: float) -> Coefficients:
+    return Coefficients.load(path, GPU_TERM_NAMES)
 
 
 def gpu_coefficients_path(spec: HardwareSpec) -> str | None:
@@ -159,11 +170,11 @@ class StaticCostModel(CostModel):
         self.is_gpu = self.spec.is_gpu
         self.failures: Counter[str] = Counter()
         if self.is_gpu:
-            path = coefficients if isinstance(coefficients, str) else gpu_coefficients_path(self.spec)
             if isinstance(coefficients, Coefficients):
                 self.coefficients = coefficients
             else:  # the uncalibrated formula when no calibration for this GPU generation ships
-                self.coefficients = Coefficients.load(path, GPU_TERM_NAMES) if path else None
+                path = coefficients or gpu_coefficients_path(self.spec)
+                self.coefficients = _gpu_calibration(path) if path else None
             self._cpu = None
         else:
             if not isinstance(coefficients, Coefficients):
@@ -180,7 +191,7 @@ class StaticCostModel(CostModel):
         if not spec.is_gpu:
             return True
         path = gpu_coefficients_path(spec)
-        return path is not None and "prescore" in Coefficients.load(path, GPU_TERM_NAMES).extra
+        return path is not None and "prescore" in _gpu_calibration(path).extra
 
     def features(self, task: Task, candidate: Candidate) -> CPUFeatures:
         """CPU features of one candidate (raises on a candidate that cannot be built or analysed)."""
@@ -230,14 +241,15 @@ class StaticCostModel(CostModel):
                        else None)
         if self.is_gpu and gpu_weights is None:
             return self.predict(task, candidates)
+        if self.is_gpu:
+            from .gpu_prescore import PRESCORE_TERM_NAMES, kernel_work, prescore_terms
+
+            weights = np.array([gpu_weights[n] for n in PRESCORE_TERM_NAMES])
         out = []
         for cand in candidates:
             try:
                 if self.is_gpu:
-                    from .gpu_prescore import PRESCORE_TERM_NAMES, kernel_work, prescore_terms
-
                     terms = prescore_terms(kernel_work(cand.to_mod(), self.target), self.spec)
-                    weights = np.array([gpu_weights[n] for n in PRESCORE_TERM_NAMES])
                     cycles = math.inf if terms is None else float(weights @ terms)
                 else:
                     cycles = prescore_cycles(LoopTree.from_mod(cand.to_mod()), self.spec)
