@@ -151,6 +151,17 @@ def _input_shapes(items: list[str] | None) -> dict[str, list[int]] | None:
     return out
 
 
+def _graph_options(p: argparse.ArgumentParser) -> None:
+    """Options that change the network's graph before its tasks are extracted (shared by `tasks` and `tune`)."""
+    from .layout import LAYOUTS
+
+    p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
+    p.add_argument("--fast-math", action="store_true",
+                   help="exp/erf/tanh as vectorizing polynomials instead of libm calls (softmax, GELU)")
+    p.add_argument("--layout", default="auto", choices=LAYOUTS,
+                   help="convolution layout: auto (channels-last NHWC on CPU, as imported on GPU), NHWC, keep")
+
+
 def _cmd_tasks(args: argparse.Namespace) -> int:
     import os
 
@@ -159,7 +170,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     model, inputs = load_model_arg(args.model)
     network, target, _, tasks, skipped = prepare(model, inputs, args.target, name=os.path.basename(args.model),
                                                   input_shapes=_input_shapes(args.input_shape),
-                                                  fast_math=args.fast_math)
+                                                  fast_math=args.fast_math, layout=args.layout)
     print(f"{network.name}: {len(tasks)} tasks for {target.kind.name}")
     print(f"{'#':>3}  {'task':<60} {'kind':<14} {'calls':>5} {'GFLOP':>9}")
     for i, nt in enumerate(tasks):
@@ -182,7 +193,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                        strategy=args.strategy, seed=args.seed, progress=not args.quiet,
                        verify_top_k=args.verify_top_k,
                        input_shapes=_input_shapes(args.input_shape), name=os.path.basename(args.model),
-                       fast_math=args.fast_math)
+                       fast_math=args.fast_math, layout=args.layout)
     report = net.report()
     print(report.table())
     print(f"check: {net.check}")
@@ -248,9 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list a model's tasks (fused subgraphs) with calls and FLOPs")
     p.add_argument("model", help=model_help)
     p.add_argument("--target", default="llvm")
-    p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
-    p.add_argument("--fast-math", action="store_true",
-                   help="exp/erf/tanh as vectorizing polynomials instead of libm calls (softmax, GELU)")
+    _graph_options(p)
     p.set_defaults(func=_cmd_tasks)
     p = sub.add_parser("tune", help="tune a whole network and build it")
     p.add_argument("model", help=model_help)
@@ -261,9 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=None, help="scoring actors (default: one per CPU)")
     p.add_argument("--work-dir", default="drytune-work", help="records and round log; a rerun resumes from it")
     p.add_argument("--strategy", default="portfolio", choices=("portfolio", "evolutionary", "cmaes", "random"))
-    p.add_argument("--input-shape", action="append", help="NAME=D1,D2,... for an ONNX input with symbolic dims")
-    p.add_argument("--fast-math", action="store_true",
-                   help="exp/erf/tanh as vectorizing polynomials instead of libm calls (softmax, GELU)")
+    _graph_options(p)
     p.add_argument("--verify-top-k", type=int, default=0,
                    help="measure each task's k best predictions on this CPU and build the fastest (default: no runs)")
     p.add_argument("--export", default=None, help="write the tuned network as a shared library (.so)")

@@ -18,24 +18,32 @@ from tvm.target import Target
 
 from .errors import DrytuneError
 from .fastmath import fast_math_passes
+from .layout import layout_passes, resolve_layout
 from .target import HardwareSpec, resolve_target
 from .task import Task
 
 log = logging.getLogger(__name__)
 
 
-def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = False) -> tvm.IRModule:
+def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = False,
+         layout: str = "keep") -> tvm.IRModule:
     """Lower an unfused Relax module to fused PrimFuncs called from "main" (the module that gets tuned and built).
 
     Run it exactly once on the imported module: fusion is not idempotent, and fusing a fused module again
     merges kernels further, so its PrimFuncs no longer match the tuned tasks (their records are then ignored).
     `fast_math`: exp, erf and tanh (softmax, GELU) become polynomials that vectorize instead of one libm call per
     vector lane (`fastmath.py`); results differ from libm's in the last bits, and the tuned network is checked
-    against the framework's output either way.
+    against the framework's output either way. `layout`: "NHWC" converts the convolutions to channels-last
+    (`layout.py`), "auto" does so on CPU targets, "keep" leaves the imported layout.
     """
     tvm_target, _ = resolve_target(target)
     passes = tvm.transform.Sequential([
-        relax.transform.DecomposeOpsForInference(),  # batch_norm -> elementwise ops that fuse into the conv
+        # a batch norm right after a convolution becomes scaled weights and a bias (constants folded here), so the
+        # kernel's epilogue is one add instead of subtract, divide, multiply and add per output element
+        relax.transform.FoldBatchnormToConv2D(),
+        relax.transform.FoldConstant(),
+        *layout_passes(resolve_layout(layout, tvm_target)),
+        relax.transform.DecomposeOpsForInference(),  # other batch norms -> elementwise ops that fuse into the conv
         # DecomposeOpsForInference leaves batch_norm's result as item 0 of a tuple literal; without folding that
         # away FuseOps stops at the tuple and a following relu becomes a separate kernel.
         relax.transform.CanonicalizeBindings(),

@@ -23,6 +23,7 @@ Phases (each keeps a model's finished result, so a failed or killed run is resum
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import math
@@ -44,7 +45,8 @@ REPO = os.path.dirname(HERE)
 FULL_MODELS = ("resnet50", "mobilenet_v2", "bert_base")
 TINY_MODELS = ("resnet_tiny", "mobilenet_tiny", "bert_tiny")
 PHASES = ("tune-drytune", "verify", "tune-ms", "build", "measure", "report")
-SYSTEMS = ("drytune", "drytune_verified", "ms_short", "ms_long", "torch", "untuned")  # measurement and table order
+# measurement and table order; torch_cl: torch eager with channels-last tensors (models with 4-D inputs)
+SYSTEMS = ("drytune", "drytune_verified", "ms_short", "ms_long", "torch", "torch_cl", "untuned")
 DRYTUNE_SYSTEMS = ("drytune", "drytune_verified")  # the ratios' numerators
 LIBRARIES = {"drytune": "drytune.so", "drytune_verified": "drytune_verified.so", "ms_short": "ms_short.so",
              "ms_long": "ms_long.so", "untuned": "untuned.so"}
@@ -69,6 +71,7 @@ class BenchConfig:
     slow_call_s: float = 1.0
     pause_s: float = 0.2  # between systems, so one's spinning thread pool does not steal the next one's cores
     fast_math: bool = False  # every TVM build (drytune, MetaSchedule, untuned) gets drytune.fastmath's module
+    layout: str = "auto"  # every TVM build gets the same graph: drytune.layout's ("auto": NHWC convs on CPU)
     verify_top_k: int = 3  # the verify phase measures each task's k best predictions
 
 
@@ -108,7 +111,7 @@ def target_dict(threads: int) -> dict:
     return {**attrs, "num-cores": threads}
 
 
-def load_fused(model: str, target: dict, fast_math: bool = False):
+def load_fused(model: str, target: dict, fast_math: bool = False, layout: str = "auto"):
     """The zoo model imported and fused once (drytune's `fuse`, the module both tuners see)."""
     from drytune import zoo
     from drytune.extract import fuse
@@ -116,7 +119,7 @@ def load_fused(model: str, target: dict, fast_math: bool = False):
 
     torch_model, inputs = zoo.get_model(model)
     network = load_network(torch_model, inputs, name=model)
-    return fuse(network.mod, target, fast_math=fast_math)
+    return fuse(network.mod, target, fast_math=fast_math, layout=layout)
 
 
 def record_counts(path: str) -> tuple[int, int]:
@@ -167,7 +170,8 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     t0 = time.perf_counter()
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s,
-                         work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math)
+                         work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math,
+                         layout=cfg.layout)
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned.export(os.path.join(mdir, LIBRARIES["drytune"]))
@@ -196,7 +200,8 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     t0 = time.perf_counter()
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s, work_dir=dst,
-                         seed=cfg.seed, progress=False, fast_math=cfg.fast_math, verify_top_k=cfg.verify_top_k)
+                         seed=cfg.seed, progress=False, fast_math=cfg.fast_math, layout=cfg.layout,
+                         verify_top_k=cfg.verify_top_k)
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
     measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
@@ -220,7 +225,7 @@ def ms_child(model: str, ms_dir: str, cfg: BenchConfig) -> None:
     from tvm.target import Target
 
     target = Target(target_dict(cfg.threads))
-    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math)
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout)
     builder = ms.builder.LocalBuilder(timeout_sec=cfg.ms_builder_timeout_s, initializer=warm_builder_worker)
     ms.relax_integration.tune_relax(fused, params={}, target=target, work_dir=ms_dir, max_trials_global=1_000_000,
                                     num_trials_per_iter=cfg.ms_trials_per_iter, builder=builder, runner="local",
@@ -304,7 +309,7 @@ def build(model: str, work: str, cfg: BenchConfig) -> dict:
     mdir = model_dir(work, model)
     target = Target(target_dict(cfg.threads))
     t0 = time.perf_counter()
-    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math)
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout)
     prim_funcs = [gv.name_hint for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     out: dict = {"import_fuse_s": time.perf_counter() - t0, "prim_funcs": len(prim_funcs)}
     t0 = time.perf_counter()
@@ -366,6 +371,16 @@ def systems_of(model: str, work: str, inputs: list) -> tuple[dict[str, Callable[
     want = [np.asarray(a, dtype=np.float64) for a in flatten_outputs(run_torch())]
     calls: dict[str, Callable[[], object]] = {"torch": run_torch}
     errors = {}
+    if all(x.dim() == 4 for x in xs):  # oneDNN's preferred layout for convolutions, as a user could ask for it
+        cl_model = copy.deepcopy(torch_model).to(memory_format=torch.channels_last)
+        xs_cl = [x.contiguous(memory_format=torch.channels_last) for x in xs]
+
+        def run_torch_cl():
+            with torch.inference_mode():
+                return cl_model(*xs_cl)
+
+        errors["torch_cl"] = output_error(flatten_outputs(run_torch_cl()), want)
+        calls["torch_cl"] = run_torch_cl
     for name, lib in LIBRARIES.items():
         path = os.path.join(model_dir(work, model), lib)
         if not os.path.exists(path):
@@ -468,16 +483,18 @@ def markdown(report: dict) -> str:
         "Error: max abs difference from torch eager on the same random inputs.",
         "",
         "| model | drytune ms | drytune wall s (budget) | MS short ms (trials) | MS long ms (trials, s) | torch ms "
-        "| untuned ms | dt/MS-short | dt/MS-long | dt/torch | max abs error dt / MS-s / MS-l / untuned |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| torch channels-last ms | untuned ms | dt/MS-short | dt/MS-long | dt/torch | dt/torch-cl "
+        "| max abs error dt / MS-s / MS-l / untuned |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model, row in report["models"].items():
         dt, ms, meas = row.get("drytune") or {}, row.get("ms") or {}, row.get("measure") or {}
         lat = meas.get("median_s", {})
         ratios = meas.get("ratios", {})
         err = meas.get("error_vs_torch", {})
-        dt_ms_short, dt_ms_long, dt_torch = (f"{ratios[k]:.3f}" if k in ratios else "-"
-                                             for k in ("drytune/ms_short", "drytune/ms_long", "drytune/torch"))
+        dt_ms_short, dt_ms_long, dt_torch, dt_torch_cl = (
+            f"{ratios[k]:.3f}" if k in ratios else "-"
+            for k in ("drytune/ms_short", "drytune/ms_long", "drytune/torch", "drytune/torch_cl"))
         errs = " / ".join(f"{err[k]['max_abs']:.1e}" if k in err else "-"
                           for k in ("drytune", "ms_short", "ms_long", "untuned"))
         ms_short = f"{_ms(lat.get('ms_short'))} ({ms.get('trials_short', '-')})"
@@ -486,8 +503,8 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {model} | {_ms(lat.get('drytune'))} | {dt.get('wall_s', math.nan):.0f} "
             f"({dt.get('budget_s', math.nan):g}) | {ms_short} | {ms_long} "
-            f"| {_ms(lat.get('torch'))} | {_ms(lat.get('untuned'))} | {dt_ms_short} | {dt_ms_long} | {dt_torch} "
-            f"| {errs} |")
+            f"| {_ms(lat.get('torch'))} | {_ms(lat.get('torch_cl'))} | {_ms(lat.get('untuned'))} | {dt_ms_short} "
+            f"| {dt_ms_long} | {dt_torch} | {dt_torch_cl} | {errs} |")
     verified = {m: row for m, row in report["models"].items() if row.get("verified")}
     if verified:
         lines += ["", "drytune with verification: the same records, each task's k best predictions measured on this "
@@ -541,7 +558,7 @@ def config_args(args: argparse.Namespace) -> list[str]:
     return ["--budget", str(args.budget), "--long-budget", str(args.long_budget), "--threads", str(args.threads),
             "--seed", str(args.seed), "--ms-trials-per-iter", str(args.ms_trials_per_iter),
             "--rounds", str(args.rounds), "--verify-top-k", str(args.verify_top_k),
-            *(["--fast-math"] if args.fast_math else [])]
+            "--layout", args.layout, *(["--fast-math"] if args.fast_math else [])]
 
 
 def parse_duration(text: str) -> float:
@@ -593,6 +610,8 @@ def main() -> int:
                     help="the verify phase measures each task's k best predictions")
     ap.add_argument("--fast-math", action="store_true",
                     help="exp/erf/tanh as vectorizing polynomials in every TVM build (drytune.fastmath)")
+    ap.add_argument("--layout", default=BenchConfig.layout, choices=("auto", "NHWC", "keep"),
+                    help="convolution layout of every TVM build (drytune.layout; auto: NHWC on CPU)")
     ap.add_argument("--work-dir", default=os.path.join(REPO, "drytune-work", "networks"),
                     help="tuning work directories and built libraries (not committed)")
     ap.add_argument("--out", default=None, help="results path without extension "
@@ -605,7 +624,8 @@ def main() -> int:
     models = args.models.split(",") if args.models else list(TINY_MODELS if args.tiny else FULL_MODELS)
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
-                      rounds=args.rounds, fast_math=args.fast_math, verify_top_k=args.verify_top_k)
+                      rounds=args.rounds, fast_math=args.fast_math, layout=args.layout,
+                      verify_top_k=args.verify_top_k)
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

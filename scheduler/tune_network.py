@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..layout import resolve_layout
 from ..records import Record, RecordStore
 from ..search.scorer import CostModelSpec, Scorer, make_scorer
 from ..search.tune import heal_records
@@ -29,14 +30,15 @@ DEFAULT_BUDGET = "10m"
 
 
 def prepare(model: Any, example_inputs: Sequence | None, target: Any, *, name: str | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None, fast_math: bool = False):
+            input_shapes: Mapping[str, Sequence[int]] | None = None, fast_math: bool = False,
+            layout: str = "auto"):
     """Import the model and extract its tasks: (network, tvm target, fused module, tasks, skipped)."""
     from ..extract import extract_tasks, fuse
     from ..network import load_network
 
     tvm_target, _ = resolve_target(target)
     network = load_network(model, example_inputs, name=name, input_shapes=input_shapes)
-    fused = fuse(network.mod, tvm_target, fast_math=fast_math)
+    fused = fuse(network.mod, tvm_target, fast_math=fast_math, layout=layout)
     tasks = extract_tasks(fused, tvm_target)
     return network, tvm_target, fused, list(tasks), list(getattr(tasks, "skipped", []))
 
@@ -59,6 +61,7 @@ def tune_network(
     name: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     fast_math: bool = False,
+    layout: str = "auto",
     seed: int = 0,
     progress: bool = True,
     check: bool = True,
@@ -77,11 +80,15 @@ def tune_network(
     `verify_top_k`, each task's k best predictions are measured on this CPU and the fastest is built (the only
     step that runs candidates; off by default). `fast_math`: exp, erf and tanh as vectorizing polynomials
     instead of one libm call per vector lane (`drytune.fastmath`; checked against the framework like the rest).
-    A resumed run must use the same setting: records of the other module's tasks do not match and are ignored.
+    `layout`: "auto" converts convolutions to channels-last (NHWC, HWIO weights) on CPU targets and keeps the
+    imported layout on GPUs; "NHWC" or "keep" force one (`drytune.layout`). Inputs and outputs keep the model's
+    layout either way. A resumed run must use the same settings: records of another module's tasks do not match
+    and are ignored.
     """
     config = config or NetworkTuneConfig()
     network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
-                                                          input_shapes=input_shapes, fast_math=fast_math)
+                                                          input_shapes=input_shapes, fast_math=fast_math,
+                                                          layout=layout)
     budgets = BudgetConfig.coerce(task_budgets)
     total = Budget.parse(budget) if budget is not None else budgets.budget or Budget.parse(DEFAULT_BUDGET)
     names = [nt.name for nt in tasks]
@@ -100,7 +107,8 @@ def tune_network(
     os.makedirs(work_dir, exist_ok=True)
     heal_records(work_dir)
     store = RecordStore(work_dir)
-    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total), fast_math)
+    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total), fast_math,
+                            resolve_layout(layout, tvm_target))
 
     own_scorer = scorer is None
     if scorer is None:
@@ -168,9 +176,12 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str
     return preferred
 
 
-def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str, fast_math: bool = False) -> list:
-    """Write network.json; return the round log to resume from (empty for another model, target or math mode)."""
-    fingerprint = str(network.fingerprint) + ("+fast-math" if fast_math else "")
+def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str, fast_math: bool = False,
+                   layout: str = "keep") -> list:
+    """Write network.json; return the round log to resume from (empty for another model, target, math mode or
+    layout)."""
+    fingerprint = (str(network.fingerprint) + ("+fast-math" if fast_math else "")
+                   + (f"+{layout}" if layout != "keep" else ""))
     ident = target_identity(target)
     previous = read_network(work_dir)
     rounds = read_rounds(work_dir)

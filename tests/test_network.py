@@ -377,3 +377,42 @@ def test_fast_math_spells_out_tanh_gelu():
     v = np.linspace(-6, 6, 256, dtype="float32").reshape(4, 64)
     want = 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
     np.testing.assert_allclose(_run_untuned(fast, [v])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def _conv_blocks(tasks) -> set[str]:
+    from tvm import s_tir
+
+    from drytune.sketch.analysis import block_names
+
+    return {b for t in tasks for b in block_names(s_tir.Schedule(t.task.mod)) if "conv2d" in b}
+
+
+def test_channels_last_layout_converts_every_convolution_and_keeps_the_output():
+    net, fused, tasks = _imported("mobilenet_tiny")
+    nhwc = fuse(net.mod, TARGET, layout="NHWC")
+    nhwc_tasks = extract_tasks(nhwc, TARGET)
+    assert _conv_blocks(tasks) == {"conv2d_nchw", "group_conv2d_nchw"}
+    assert _conv_blocks(nhwc_tasks) == {"conv2d_nhwc", "group_conv2d_nhwc"}
+    # ReLU6 (clip) follows the layout: the only transposes are the input's and the classifier's
+    assert [t.kind for t in tasks].count("transpose") == 0
+    assert [t.kind for t in nhwc_tasks].count("transpose") == 2
+    assert sum(t.weight for t in nhwc_tasks if t.kind == "conv2d") == sum(t.weight for t in tasks if t.kind == "conv2d")
+    x = random_inputs(net, seed=3)
+    np.testing.assert_allclose(_run_untuned(nhwc, x)[0], net.reference(*x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_after_a_convolution_folds_into_its_weights():
+    _, _, tasks = _imported("resnet_tiny")
+    convs = [t for t in tasks if t.kind == "conv2d"]
+    # the epilogue is the folded bias (and the residual add and relu), not batch norm's four element-wise ops
+    assert convs and not any(op in t.name for t in convs for op in ("subtract", "divide", "multiply"))
+
+
+def test_layout_auto_is_channels_last_on_cpu_only_and_unknown_layouts_are_rejected():
+    from drytune.layout import resolve_layout
+
+    assert resolve_layout("auto", TARGET) == "NHWC"
+    assert resolve_layout("auto", resolve_target("cuda-sm90")[0]) == "keep"
+    assert resolve_layout("keep", TARGET) == "keep"
+    with pytest.raises(ValueError, match="NCHWc.*auto, NHWC, keep"):
+        resolve_layout("NCHWc", TARGET)
