@@ -13,6 +13,8 @@ import tvm
 from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
+from .relaxpass import mutator_pass
+
 
 @expr_functor.mutator
 class _SpellOutGelu(PyExprMutator):
@@ -39,18 +41,11 @@ class _SpellOutGelu(PyExprMutator):
         return self.builder_.normalize(op.multiply(x, op.add(c(0.5), op.multiply(inner, c(0.5)))))
 
 
-@tvm.transform.module_pass(opt_level=0, name="DrytuneSpellOutGelu")
-class SpellOutGelu:
+def spell_out_gelu() -> tvm.transform.Pass:
     """Module pass around `_SpellOutGelu` for every Relax function."""
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mutator = _SpellOutGelu(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
-        return mutator.builder_.get()
+    return mutator_pass(_SpellOutGelu, "DrytuneSpellOutGelu")
 
 
 def fast_math_passes() -> list[tvm.transform.Pass]:
     """The passes to run on an imported (unlegalized) Relax module."""
-    return [SpellOutGelu(), relax.transform.FastMathTransform()]
+    return [spell_out_gelu(), relax.transform.FastMathTransform()]

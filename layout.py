@@ -15,6 +15,8 @@ from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 from tvm.target import Target
 
+from .relaxpass import mutator_pass
+
 LAYOUTS = ("auto", "NHWC", "keep")
 
 # Desired layouts by operator: [data, kernel]. Everything between convolutions follows them through Relax's
@@ -39,16 +41,9 @@ class _ClipAsMinMax(PyExprMutator):
         return self.builder_.normalize(relax.op.minimum(relax.op.maximum(call.args[0], lo), hi))
 
 
-@tvm.transform.module_pass(opt_level=0, name="DrytuneClipAsMinMax")
-class ClipAsMinMax:
+def clip_as_min_max() -> tvm.transform.Pass:
     """Module pass around `_ClipAsMinMax` for every Relax function."""
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mutator = _ClipAsMinMax(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
-        return mutator.builder_.get()
+    return mutator_pass(_ClipAsMinMax, "DrytuneClipAsMinMax")
 
 
 def resolve_layout(layout: str, target: Target) -> str:
@@ -65,4 +60,4 @@ def layout_passes(layout: str) -> list[tvm.transform.Pass]:
     """The passes to run on an imported (unlegalized) Relax module for a resolved layout."""
     if layout == "keep":
         return []
-    return [ClipAsMinMax(), relax.transform.ConvertLayout(CHANNELS_LAST)]
+    return [clip_as_min_max(), relax.transform.ConvertLayout(CHANNELS_LAST)]
