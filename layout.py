@@ -34,10 +34,10 @@ class _ClipAsMinMax(PyExprMutator):
         if getattr(call.op, "name", "") != "relax.clip":
             return call
         dtype = getattr(getattr(call, "ty", None), "dtype", None)
-        bounds = [getattr(arg, "value", None) for arg in call.args[1:3]]
-        if dtype is None or any(b is None for b in bounds):
-            return call
-        lo, hi = (relax.const(float(b.value if hasattr(b, "value") else b), str(dtype)) for b in bounds)
+        bounds = call.args[1:3]
+        if dtype is None or not all(isinstance(v, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) for v in bounds):
+            return call  # symbolic bounds: left as a clip (and transposed around)
+        lo, hi = (relax.const(float(v.value), str(dtype)) for v in bounds)
         return self.builder_.normalize(relax.op.minimum(relax.op.maximum(call.args[0], lo), hi))
 
 
