@@ -264,6 +264,7 @@ def write_fit(pairs: list[tuple[np.ndarray, float, str]], spec, device: str, mea
 def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes: tuple[int, ...],
                torch_path: str = "", fit_out: str = "", with_prescore: bool = True) -> None:
     import drytune as dt
+    from drytune.costmodel.gpu_prescore import PRESCORE_TERM_NAMES
 
     metrics = _metrics()
     _, spec = dt.resolve_target(TARGET)
@@ -295,6 +296,7 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
         write_fit(random_pairs, spec, device, measurements, fit_out, pre_pairs)
     model = dt.StaticCostModel(TARGET)  # the shipped calibration, for its pre-score weights
     shipped_pre = (model.coefficients.extra.get("prescore") if model.coefficients is not None else None)
+    shipped_w = None if shipped_pre is None else np.array([shipped_pre[n] for n in PRESCORE_TERM_NAMES])
     table = []
     for doc in docs:
         op = doc["op"]
@@ -326,15 +328,12 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
                "gflops_best": doc["flops"] / float(meas.min()) / 1e9,
                "score_s_median": float(np.median([c["score_s"] for c in doc["candidates"]]))}
         if pre.get(op):
-            from drytune.costmodel.gpu_prescore import PRESCORE_TERM_NAMES
-
             mine = [(pre[op][c["id"]], r["seconds"]) for c, r, _ in good if c["id"] in pre[op]]
             coef = fit_terms([p for p in pre_pairs if p[2] != op], spec)
             pm = np.array([s for _, s in mine])
             row["prescore_loo"] = metrics(np.array([t @ coef for t, _ in mine]), pm)
-            if shipped_pre:
-                w = np.array([shipped_pre[n] for n in PRESCORE_TERM_NAMES])
-                row["prescore_shipped"] = metrics(np.array([t @ w for t, _ in mine]), pm)
+            if shipped_w is not None:
+                row["prescore_shipped"] = metrics(np.array([t @ shipped_w for t, _ in mine]), pm)
         kernels = [k for c in doc["candidates"] if c["source"] == "random" for k in c["features"]]
         row["ptx"] = {"kernels_per_candidate": float(np.median([len(c["features"]) for c in doc["candidates"]])),
                       **{name: float(np.median([k[name] for k in kernels])) for name in

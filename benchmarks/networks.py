@@ -596,6 +596,8 @@ def run_phase(phase: str, models: list[str], work: str, cfg: BenchConfig, args: 
 
 
 def main() -> int:
+    from drytune.layout import LAYOUTS
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--phase", default="all", choices=("all", *PHASES, "ms-child"))
     ap.add_argument("--models", default=None, help=f"comma-separated zoo names (default {','.join(FULL_MODELS)})")
@@ -610,7 +612,7 @@ def main() -> int:
                     help="the verify phase measures each task's k best predictions")
     ap.add_argument("--fast-math", action="store_true",
                     help="exp/erf/tanh as vectorizing polynomials in every TVM build (drytune.fastmath)")
-    ap.add_argument("--layout", default=BenchConfig.layout, choices=("auto", "NHWC", "keep"),
+    ap.add_argument("--layout", default=BenchConfig.layout, choices=LAYOUTS,
                     help="convolution layout of every TVM build (drytune.layout; auto: NHWC on CPU)")
     ap.add_argument("--work-dir", default=os.path.join(REPO, "drytune-work", "networks"),
                     help="tuning work directories and built libraries (not committed)")

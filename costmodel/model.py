@@ -237,23 +237,24 @@ class StaticCostModel(CostModel):
     def prescore(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
         """A cheap estimate without code generation: the TIR kernel model on CPU; on CUDA the TIR-only GPU terms
         when the calibration weighs them, else the full score."""
-        gpu_weights = (self.coefficients.extra.get("prescore") if self.is_gpu and self.coefficients is not None
-                       else None)
-        if self.is_gpu and gpu_weights is None:
-            return self.predict(task, candidates)
         if self.is_gpu:
+            gpu_weights = self.coefficients.extra.get("prescore") if self.coefficients is not None else None
+            if gpu_weights is None:
+                return self.predict(task, candidates)
             from .gpu_prescore import PRESCORE_TERM_NAMES, kernel_work, prescore_terms
 
             weights = np.array([gpu_weights[n] for n in PRESCORE_TERM_NAMES])
+
+            def cycles_of(mod: tvm.IRModule) -> float:
+                terms = prescore_terms(kernel_work(mod, self.target), self.spec)
+                return math.inf if terms is None else float(weights @ terms)
+        else:
+            def cycles_of(mod: tvm.IRModule) -> float:
+                return prescore_cycles(LoopTree.from_mod(mod), self.spec)
         out = []
         for cand in candidates:
             try:
-                if self.is_gpu:
-                    terms = prescore_terms(kernel_work(cand.to_mod(), self.target), self.spec)
-                    cycles = math.inf if terms is None else float(weights @ terms)
-                else:
-                    cycles = prescore_cycles(LoopTree.from_mod(cand.to_mod()), self.spec)
-                out.append(cycles / (self.spec.freq_ghz * 1e9))
+                out.append(cycles_of(cand.to_mod()) / (self.spec.freq_ghz * 1e9))
             except Exception as err:  # noqa: BLE001 - counted like a full-score failure
                 self._fail("prescore:" + type(err).__name__, err)
                 out.append(math.inf)

@@ -342,7 +342,6 @@ def test_instruction_classes(opcode, operands, cls):
     assert ptx.classify(opcode, operands) == cls
 
 
-
 def test_tir_prescore_counts_each_threads_work():
     from drytune.costmodel.gpu_prescore import kernel_work, prescore_terms
 
