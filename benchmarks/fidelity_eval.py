@@ -20,6 +20,23 @@ from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, de
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
 
+# The modules whose code decides a feature value: a change to any of them makes the cached features stale.
+_FEATURE_SOURCES = ("asm", "cpu_features", "datamove", "fpratio", "kernel", "listsched", "looptree", "model")
+
+
+def feature_code_version() -> str:
+    """A digest of the cost model's feature code, stored with each cached entry."""
+    import hashlib
+
+    from drytune import costmodel
+
+    digest = hashlib.sha1()
+    for name in _FEATURE_SOURCES:
+        with open(os.path.join(os.path.dirname(costmodel.__file__), name + ".py"), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:12]
+
+
 def _row_key(row: MeasuredRow) -> str:
     return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
 
@@ -29,11 +46,12 @@ def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
     space = dt.SearchSpace(task)
     model = StaticCostModel(task.target)
+    version = feature_code_version()
     out = []
     for d in rows:
         row = MeasuredRow(**d)
         cand = row.candidate(space)
-        entry = {"key": _row_key(row)}
+        entry = {"key": _row_key(row), "code": version}
         t0 = time.perf_counter()
         try:
             f = model.features(task, cand)
@@ -53,20 +71,22 @@ def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
 
 
 def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1) -> dict[str, dict]:
-    """Features of every measured row, cached in `cache_path`; entries of an older feature set are recomputed."""
+    """Features of every measured row, cached in `cache_path`; entries computed by other feature code (another
+    `feature_code_version`) are recomputed."""
     cache: dict[str, dict] = {}
     stale = 0
+    version = feature_code_version()
     if os.path.exists(cache_path):
         with open(cache_path) as f:
             for line in f:
                 if line.strip():
                     d = json.loads(line)
-                    if "values" in d and len(d["values"]) != len(FEATURE_NAMES):
+                    if d.get("code") != version or ("values" in d and len(d["values"]) != len(FEATURE_NAMES)):
                         stale += 1
                         continue
                     cache[d["key"]] = d
     if stale:
-        print(f"dropping {stale} cached entries of an older feature set", flush=True)
+        print(f"dropping {stale} cached entries computed by other feature code", flush=True)
         with open(cache_path, "w") as out:
             out.writelines(json.dumps(e) + "\n" for e in cache.values())
     todo: dict[str, list[dict]] = {}

@@ -70,6 +70,7 @@ class KernelConfig:
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
+    hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
@@ -343,28 +344,37 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     sites = _distinct(guarded, unrolled) * (vops if _access_kind(guarded, vec) != "scalar" else 1) if guarded \
         else stmts * vops
     int_ops = sites * ints * cfg.int_cost
+    inner_iter = outer[-1] if outer else None
     loads = stores = gathers = shuffles = 0.0
+    hoisted = 0.0  # vector registers that operands hoisted out of the innermost iterating loop occupy
     for a in in_memory:
         if is_update and a.buffer == out.buffer:
             continue
         kind = _access_kind(a, vec)
         n = _distinct(a, unrolled)
+        # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it
+        # (an unconditional load of a noalias buffer): its cost is shared by that loop's iterations. Credited for
+        # operands assembled lane by lane, where it changes the body's cost by large factors (README)
+        share = inner_iter.extent if cfg.hoist_invariant and kind in ("gather", "strided") \
+            and inner_iter is not None and not a.conditional \
+            and inner_iter.var not in set().union(*(ix.loop_vars() for ix in a.indices)) else 1
+        if share > 1:
+            hoisted += n * vops
         if kind == "contig":
             loads += n * vops
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
-            loads += _lane_loads(a, vec, e_v, unrolled)
-            shuffles += n * e_v * cfg.lane_insert_cost
+            loads += _lane_loads(a, vec, e_v, unrolled) / share
+            shuffles += n * e_v * cfg.lane_insert_cost / share
         elif kind == "strided":
             # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
             stride = _vector_stride(a, vec) or 1
-            loads += n * vops * stride
-            shuffles += n * vops * stride
+            loads += n * vops * stride / share
+            shuffles += n * vops * stride / share
         elif kind == "gather":
-            gathers += n * e_v
+            gathers += n * e_v / share
         else:
             loads += n
-    inner_iter = outer[-1] if outer else None
     chain = 0.0
     if out is not None:
         kind = _access_kind(out, vec)
@@ -381,6 +391,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += spill
         else:
             stores += n_out
+    if hoisted:  # hoisted operands beyond the registers left by the accumulators are reloaded from the stack
+        in_regs_acc = n_out if chain and out is not None else 0
+        loads += max(0.0, hoisted + in_regs_acc - cfg.registers)
     int_ops += index_ops(leaf.accesses, inner_iter.var if inner_iter is not None else None, unrolled, cfg)
     uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
     if is_update and not chain and stmts * vops > n_out:

@@ -11,7 +11,7 @@ from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
-from drytune.costmodel.asm import Instruction, parse_asm
+from drytune.costmodel.asm import Instruction, analyze_asm, parse_asm
 from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
@@ -108,6 +108,40 @@ def test_register_tile_hides_fma_latency():
     sch2.decompose_reduction(C2, k)
     slow, _ = _details(sch2)
     assert slow > 3 * cycles
+
+
+def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_before_it():
+    """C = A B^T with j vectorized (B[j, k] is a stride-64 gather), k unrolled by 4 and i iterating innermost:
+    B does not change with i, and LLVM assembles its 32 lanes once before the i loop (LICM). The model shares
+    the gather over i's 64 iterations, and the executed single-element loads of the assembly agree."""
+    A = te.placeholder((64, 64), "float32", name="A")
+    B = te.placeholder((64, 64), "float32", name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    j0, j1 = sch.split(j, [None, 8])
+    k0, k1 = sch.split(k, [None, 4])
+    sch.reorder(j0, k0, i, k1, j1)
+    sch.unroll(k1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(block, k0)
+    tree = LoopTree.from_mod(sch.mod)
+    leaf, path = _leaf_and_path(tree, "C_update")
+    det: dict = {}
+    statement_cycles(leaf, path, SPEC, CFG, det)
+    assert det["inner_extent"] == 64 and not det["inner_is_reduction"] and det["lanes"] == 8
+    assert det["gathers"] == pytest.approx(4 * 8 / 64)  # 4 k x 8 lanes of B, once per i loop
+    no_hoist: dict = {}
+    statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, hoist_invariant=False), no_hoist)
+    assert no_hoist["gathers"] == 4 * 8 and no_hoist["load"] > 10 * det["load"]
+    counts = analyze_asm(_asm(sch), "x86", tree.preorder())[2]
+    bodies = 8 * 16 * 64  # j0 x k0 x i
+    assert counts.get("vec_fma") == bodies * 4
+    # single-element loads (vmovss, and vinsertps from memory, counted as shuffles): B's 32 lanes once per
+    # (j0, k0) = 4096, where one gather per body would execute 32 x 8192
+    assert counts.get("scalar_load") + counts.get("shuffle") <= 8 * 16 * 32 * 1.25
 
 
 def test_accumulators_beyond_the_vector_registers_go_through_memory():
