@@ -346,20 +346,21 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     int_ops = sites * ints * cfg.int_cost
     inner_iter = outer[-1] if outer else None
     loads = stores = gathers = shuffles = 0.0
-    hoisted = 0.0  # vector registers that operands hoisted out of the innermost iterating loop occupy
-    for a in in_memory:
-        if is_update and a.buffer == out.buffer:
-            continue
-        kind = _access_kind(a, vec)
-        n = _distinct(a, unrolled)
-        # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it
-        # (an unconditional load of a noalias buffer): its cost is shared by that loop's iterations. Credited for
-        # operands assembled lane by lane, where it changes the body's cost by large factors (README)
-        share = inner_iter.extent if cfg.hoist_invariant and kind in ("gather", "strided") \
-            and inner_iter is not None and not a.conditional \
-            and inner_iter.var not in set().union(*(ix.loop_vars() for ix in a.indices)) else 1
-        if share > 1:
-            hoisted += n * vops
+    operands = [(a, _access_kind(a, vec), _distinct(a, unrolled)) for a in in_memory
+                if not (is_update and a.buffer == out.buffer)]
+    # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it (an
+    # unconditional load of a noalias buffer), and its cost is shared by that loop's iterations, when the hoisted
+    # vectors and the body's outputs fit the registers (otherwise the assembly rebuilds most of them in the loop).
+    # Credited for operands assembled lane by lane, where it changes the body's cost by large factors (README)
+    hoistable = [a for a, kind, _ in operands if cfg.hoist_invariant and kind in ("gather", "strided")
+                 and inner_iter is not None and not a.conditional
+                 and inner_iter.var not in set().union(*(ix.loop_vars() for ix in a.indices))]
+    if hoistable:
+        outputs = _distinct(out, unrolled) * vops if out is not None else 0
+        if sum(n * vops for a, _, n in operands if a in hoistable) + outputs > cfg.registers:
+            hoistable = []
+    for a, kind, n in operands:
+        share = inner_iter.extent if a in hoistable else 1
         if kind == "contig":
             loads += n * vops
         elif kind == "strided" and vec_loop.kind == "vectorized":
@@ -391,9 +392,6 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += spill
         else:
             stores += n_out
-    if hoisted:  # hoisted operands beyond the registers left by the accumulators are reloaded from the stack
-        in_regs_acc = n_out if chain and out is not None else 0
-        loads += max(0.0, hoisted + in_regs_acc - cfg.registers)
     int_ops += index_ops(leaf.accesses, inner_iter.var if inner_iter is not None else None, unrolled, cfg)
     uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
     if is_update and not chain and stmts * vops > n_out:

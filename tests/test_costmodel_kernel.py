@@ -113,7 +113,8 @@ def test_register_tile_hides_fma_latency():
 def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_before_it():
     """C = A B^T with j vectorized (B[j, k] is a stride-64 gather), k unrolled by 4 and i iterating innermost:
     B does not change with i, and LLVM assembles its 32 lanes once before the i loop (LICM). The model shares
-    the gather over i's 64 iterations, and the executed single-element loads of the assembly agree."""
+    the gather over i's 64 iterations when the hoisted vectors fit the registers, and the executed
+    single-element loads of the assembly agree."""
     A = te.placeholder((64, 64), "float32", name="A")
     B = te.placeholder((64, 64), "float32", name="B")
     k = te.reduce_axis((0, 64), name="k")
@@ -136,6 +137,10 @@ def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_befo
     no_hoist: dict = {}
     statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, hoist_invariant=False), no_hoist)
     assert no_hoist["gathers"] == 4 * 8 and no_hoist["load"] > 10 * det["load"]
+    # with fewer registers than the 4 hoisted vectors and the output row, nothing is credited
+    few: dict = {}
+    statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, registers=4), few)
+    assert few["gathers"] == 4 * 8
     counts = analyze_asm(_asm(sch), "x86", tree.preorder())[2]
     bodies = 8 * 16 * 64  # j0 x k0 x i
     assert counts.get("vec_fma") == bodies * 4
