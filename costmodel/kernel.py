@@ -298,6 +298,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         return all(_access_kind(a, var) != "gather" for a in in_memory)
 
     lanes_unrolled = None
+    vectorized_iterating = False  # LLVM's loop vectorizer took the loop that iterates the body
     if vec_loop is not None and in_regs and cfg.auto_vectorize:
         # a TVM vector written to a register array is only its elements: LLVM may vectorize the loop around
         lanes_unrolled, vec_loop, vec = vec_loop, None, None
@@ -320,6 +321,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             if iterating:
                 outer = outer[:-1]
                 body = body + [cand]
+                vectorized_iterating = True
             lanes_unrolled = None
     if lanes_unrolled is not None:  # not vectorized around after all: the TVM vector stays
         vec_loop, vec = lanes_unrolled, lanes_unrolled.var
@@ -359,6 +361,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         outputs = _distinct(out, unrolled) * vops if out is not None else 0
         if sum(n * vops for a, _, n in operands if a in hoistable) + outputs > cfg.registers:
             hoistable = []
+    broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
     for a, kind, n in operands:
         share = inner_iter.extent if a in hoistable else 1
         if kind == "contig":
@@ -376,6 +379,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             gathers += n * e_v / share
         else:
             loads += n
+            if vectorized_iterating and vops > 1 and not a.conditional:
+                broadcasts += n
     chain = 0.0
     if out is not None:
         kind = _access_kind(out, vec)
@@ -392,6 +397,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += spill
         else:
             stores += n_out
+    if broadcasts and cfg.hoist_invariant:
+        # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
+        # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)
+        outputs = _distinct(out, unrolled) * vops if out is not None else 0
+        spilled = max(0.0, broadcasts - max(0.0, cfg.registers - outputs))
+        stores += spilled
+        loads += spilled * vops
     int_ops += index_ops(leaf.accesses, inner_iter.var if inner_iter is not None else None, unrolled, cfg)
     uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
     if is_update and not chain and stmts * vops > n_out:
