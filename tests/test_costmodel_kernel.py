@@ -27,11 +27,12 @@ SPEC = dataclasses.replace(dt.spec_for("x86-avx512"), cores=2)  # 16 fp32 lanes
 CFG = KernelConfig()
 
 
-def _matmul(M: int = 8, N: int = 64, K: int = 64):
+def _matmul(M: int = 8, N: int = 64, K: int = 64, b_transposed: bool = False):
+    """C = A B (or A B^T, B stored N x K) as a schedule to transform."""
     A = te.placeholder((M, K), "float32", name="A")
-    B = te.placeholder((K, N), "float32", name="B")
+    B = te.placeholder((N, K) if b_transposed else (K, N), "float32", name="B")
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * (B[j, k] if b_transposed else B[k, j]), axis=k), name="C")
     return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
 
 
@@ -115,11 +116,7 @@ def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_befo
     B does not change with i, and LLVM assembles its 32 lanes once before the i loop (LICM). The model shares
     the gather over i's 64 iterations when the hoisted vectors fit the registers, and the executed
     single-element loads of the assembly agree."""
-    A = te.placeholder((64, 64), "float32", name="A")
-    B = te.placeholder((64, 64), "float32", name="B")
-    k = te.reduce_axis((0, 64), name="k")
-    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    sch = _matmul(M=64, N=64, K=64, b_transposed=True)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     j0, j1 = sch.split(j, [None, 8])
@@ -154,11 +151,7 @@ def test_broadcasts_hoisted_out_of_a_vectorized_loop_spill_beyond_the_registers(
     the 192 broadcasts of A[i, k] do not change with j and are hoisted before it; beyond the registers left by
     the 8 output vectors they are spilled once and read back by every vector iteration (the pattern of the 1x1
     convolutions that MobileNet-V2's picks lost on). The assembly's stack stores and reloads agree."""
-    A = te.placeholder((4, 48), "float32", name="A")
-    B = te.placeholder((48, 32), "float32", name="B")
-    k = te.reduce_axis((0, 48), name="k")
-    C = te.compute((4, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    sch = _matmul(M=4, N=32, K=48)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     sch.reorder(j, k, i)
