@@ -41,12 +41,11 @@ def _row_key(row: MeasuredRow) -> str:
     return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
 
 
-def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
-    op, rows = args
+def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
+    op, rows, version = args
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
     space = dt.SearchSpace(task)
     model = StaticCostModel(task.target)
-    version = feature_code_version()
     out = []
     for d in rows:
         row = MeasuredRow(**d)
@@ -93,7 +92,7 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
     for r in rows:
         if r.ok and _row_key(r) not in cache:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
-    jobs = [(op, chunk[i:i + 25]) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
+    jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
         print(f"computing features of {sum(len(c) for _, c in jobs)} candidates in {workers} process(es)", flush=True)
         if workers > 1:

@@ -169,9 +169,14 @@ def _lane_loads(acc: Access, vec: str, lanes: int, body: dict[str, int]) -> int:
     return len(offsets) * math.prod(e for v, e in body.items() if v in outer and v not in coeffs)
 
 
+def _access_vars(acc: Access) -> set[str]:
+    """The loop variables `acc`'s indices read."""
+    return set().union(*(ix.loop_vars() for ix in acc.indices))
+
+
 def _distinct(acc: Access, body: dict[str, int]) -> int:
     """Distinct index values of `acc` over the (non-vector) body loops."""
-    used = set().union(*(ix.loop_vars() for ix in acc.indices)) if acc.indices else set()
+    used = _access_vars(acc)
     n = 1
     for v, e in body.items():
         if v in used:
@@ -284,7 +289,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     out = writes[0] if writes else None
     # the same element read twice (x * x) is one load after LLVM's common-subexpression elimination
     reads = list({(a.buffer, tuple(map(str, a.indices))): a for a in leaf.accesses if not a.is_write}.values())
-    out_vars = set().union(*(ix.loop_vars() for ix in out.indices)) if out is not None and out.indices else set()
+    out_vars = _access_vars(out) if out is not None else set()
     vec = vec_loop.var if vec_loop is not None else None
     if vec is not None and out is not None and vec not in out_vars:
         # TVM cannot vectorize a reduction over the vector lanes: the loop runs serially.
@@ -348,22 +353,23 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     int_ops = sites * ints * cfg.int_cost
     inner_iter = outer[-1] if outer else None
     loads = stores = gathers = shuffles = 0.0
-    operands = [(a, _access_kind(a, vec), _distinct(a, unrolled)) for a in in_memory
-                if not (is_update and a.buffer == out.buffer)]
+    outputs = _distinct(out, unrolled) * vops if out is not None else 0  # output vectors of one body
     # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it (an
     # unconditional load of a noalias buffer), and its cost is shared by that loop's iterations, when the hoisted
     # vectors and the body's outputs fit the registers (otherwise the assembly rebuilds most of them in the loop).
     # Credited for operands assembled lane by lane, where it changes the body's cost by large factors (README)
-    hoistable = [a for a, kind, _ in operands if cfg.hoist_invariant and kind in ("gather", "strided")
-                 and inner_iter is not None and not a.conditional
-                 and inner_iter.var not in set().union(*(ix.loop_vars() for ix in a.indices))]
-    if hoistable:
-        outputs = _distinct(out, unrolled) * vops if out is not None else 0
-        if sum(n * vops for a, _, n in operands if a in hoistable) + outputs > cfg.registers:
-            hoistable = []
+    operands = []  # (access, kind, distinct elements in the body, hoistable)
+    for a in in_memory:
+        if is_update and a.buffer == out.buffer:
+            continue
+        kind = _access_kind(a, vec)
+        hoistable = cfg.hoist_invariant and kind in ("gather", "strided") and inner_iter is not None \
+            and not a.conditional and inner_iter.var not in _access_vars(a)
+        operands.append((a, kind, _distinct(a, unrolled), hoistable))
+    fits = sum(n * vops for _, _, n, h in operands if h) + outputs <= cfg.registers
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
-    for a, kind, n in operands:
-        share = inner_iter.extent if a in hoistable else 1
+    for a, kind, n, hoistable in operands:
+        share = inner_iter.extent if hoistable and fits else 1
         if kind == "contig":
             loads += n * vops
         elif kind == "strided" and vec_loop.kind == "vectorized":
@@ -400,7 +406,6 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)
-        outputs = _distinct(out, unrolled) * vops if out is not None else 0
         spilled = max(0.0, broadcasts - max(0.0, cfg.registers - outputs))
         stores += spilled
         loads += spilled * vops
