@@ -94,7 +94,8 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
     jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
-        print(f"computing features of {sum(len(c) for _, c, _ in jobs)} candidates in {workers} process(es)", flush=True)
+        count = sum(len(chunk) for _, chunk, _ in jobs)
+        print(f"computing features of {count} candidates in {workers} process(es)", flush=True)
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")
             pool = ctx.Pool(workers)
