@@ -50,20 +50,18 @@ def main() -> int:
     rows = [r for r in rows if "values" in feats.get(_row_key(r), {})]
     ops = sorted({r.op for r in rows})
     _, spec = dt.resolve_target("llvm")
+    by_op = {op: [r for r in rows if r.op == op] for op in ops}
+    features = {op: np.array([feats[_row_key(r)]["values"] for r in mine]) for op, mine in by_op.items()}
+    seconds = {op: np.array([r.seconds for r in mine]) for op, mine in by_op.items()}
     table: dict[str, dict[str, float]] = {}
     for path in sorted(glob.glob(os.path.join(COEFF_DIR, f"{spec.arch}-*.json"))):
         coef = Coefficients.load(path).vector(FEATURE_NAMES)
-        per_op = {}
-        for op in ops:
-            mine = [r for r in rows if r.op == op]
-            per_op[op] = (np.array([feats[_row_key(r)]["values"] for r in mine]) @ coef,
-                          np.array([r.seconds for r in mine]))
-        table[os.path.basename(path)] = medians(per_op)
+        table[os.path.basename(path)] = medians({op: (features[op] @ coef, seconds[op]) for op in ops})
     if args.reference:
         other = {_row_key(r): r.seconds for r in read_rows(tagged(args.reference)) if r.ok}
         per_op = {}
-        for op in ops:
-            both = [r for r in rows if r.op == op and _row_key(r) in other]
+        for op, mine in by_op.items():
+            both = [r for r in mine if _row_key(r) in other]
             if len(both) >= 20:
                 per_op[op] = (np.array([other[_row_key(r)] for r in both]), np.array([r.seconds for r in both]))
         table[f"measured on {args.reference} ({sum(len(p) for p, _ in per_op.values())} rows)"] = medians(per_op)
