@@ -6,10 +6,12 @@ that iterate that body. One iteration of the body costs the largest of its throu
 arithmetic over the FP pipes, loads over the load ports, stores, all micro-ops over the issue width) and,
 when the innermost iterating loop is a reduction loop, the latency of the accumulator chains (few
 independent accumulators = latency bound); a reduction unrolled inside the body has its chains overlapped
-only across the bodies that fit in the reorder window. Vectorization is credited by lanes actually used; a vector
-lane that walks a non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose
-innermost iterating loop is spatial are loaded and stored every iteration. Each iteration of a loop that
-is not unrolled pays a small loop overhead, which makes tiny bodies in long loops expensive.
+only across the bodies that fit in the reorder window. A body of more than about a thousand micro-ops that
+loads and stores its accumulators issues at a fraction of the issue width (measured, not explained by the
+decoders' width alone). Vectorization is credited by lanes actually used; a vector lane that walks a
+non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose innermost iterating
+loop is spatial are loaded and stored every iteration. Each iteration of a loop that is not unrolled pays a
+small loop overhead, which makes tiny bodies in long loops expensive.
 
 What TVM's lowering and LLVM do to the TIR is modelled where it changes the cost by large factors: TVM
 scalarizes a vector statement whose select condition changes across the lanes (padding guards); LLVM's loop
@@ -72,6 +74,11 @@ class KernelConfig:
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+    # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
+    # `large_body_width` per cycle. Measured on Zen 5: a 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions
+    # per cycle, 1.75x slower than the same tiles in a 32-FMA loop (README, "Large unrolled bodies").
+    large_body_uops: float = 1000.0
+    large_body_width: float = 2.0
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
     # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
@@ -388,6 +395,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             if vectorized_iterating and vops > 1 and not a.conditional:
                 broadcasts += n
     chain = 0.0
+    acc_in_memory = False
     if out is not None:
         kind = _access_kind(out, vec)
         n_out = _distinct(out, unrolled) * (e_v if kind == "gather" else 1 if kind == "scalar" else vops)
@@ -397,6 +405,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         elif in_regs:
             pass
         elif is_update:
+            acc_in_memory = True
             loads += n_out
             stores += n_out
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
@@ -420,7 +429,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
-        "issue": uops / cfg.issue_width,
+        "issue": uops / (cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width),
         "latency": chain,
     }
     bound = max(per_body, key=per_body.get)

@@ -469,3 +469,34 @@ def test_vectorized_padding_guard_is_scalarized_as_tvm_does():
     assert det_off["lanes"] == 1
     _, det_tall = _details(tall, "P")
     assert det_tall["lanes"] == 30 and det_tall["inner_extent"] == 32  # TVM's vector; h iterates
+
+
+def test_a_body_beyond_the_large_body_limit_issues_at_the_narrow_width():
+    """k1 (8) x i (16) unrolled around a 256-lane j: 2048 FMAs and 256 accumulators (through memory) in one body,
+    issue-bound at `large_body_width` beyond the limit (FP-bound without it); a body of 4 rows stays under the
+    limit at the full issue width."""
+    def tile(rows: int) -> tuple[StmtLeaf, list[LoopNode]]:
+        sch = _matmul(M=rows, N=256, K=64)
+        C = sch.get_sblock("C")
+        i, j, k = sch.get_loops(C)
+        k0, k1 = sch.split(k, [None, 8])
+        sch.reorder(k0, k1, i, j)
+        sch.unroll(k1)
+        sch.unroll(i)
+        sch.vectorize(j)
+        sch.decompose_reduction(C, k0)
+        return _leaf_and_path(LoopTree.from_mod(sch.mod), "C_update")
+
+    def uops(det: dict) -> float:
+        return det["fp_ops"] + det["loads"] + det["stores"] + det["int_ops"] + 1
+
+    big, small, relaxed = {}, {}, {}
+    statement_cycles(*tile(16), SPEC, CFG, big)
+    statement_cycles(*tile(4), SPEC, CFG, small)
+    statement_cycles(*tile(16), SPEC, dataclasses.replace(CFG, large_body_uops=float("inf")), relaxed)
+    assert big["fp_ops"] == 8 * 16 * 16 and small["fp_ops"] == 8 * 4 * 16
+    assert big["accumulators"] == 256 and big["stores"] == 256  # beyond the registers: loaded and stored
+    assert uops(big) > CFG.large_body_uops >= uops(small)
+    assert big["issue"] == pytest.approx(uops(big) / CFG.large_body_width) and big["issue"] > big["fp"]
+    assert small["issue"] == pytest.approx(uops(small) / CFG.issue_width)
+    assert relaxed["issue"] == pytest.approx(uops(big) / CFG.issue_width) and relaxed["issue"] < relaxed["fp"]
