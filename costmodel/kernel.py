@@ -6,7 +6,7 @@ that iterate that body. One iteration of the body costs the largest of its throu
 arithmetic over the FP pipes, loads over the load ports, stores, all micro-ops over the issue width) and,
 when the innermost iterating loop is a reduction loop, the latency of the accumulator chains (few
 independent accumulators = latency bound); a reduction unrolled inside the body has its chains overlapped
-only across the bodies that fit in the reorder window. A body of more than about a thousand micro-ops that
+only across the bodies that fit in the reorder window. A body of more than several hundred micro-ops that
 loads and stores its accumulators issues at a fraction of the issue width (measured, not explained by the
 decoders' width alone). Vectorization is credited by lanes actually used; a vector lane that walks a
 non-contiguous address is a gather (one load per lane). Accumulators of a reduction whose innermost iterating
@@ -75,9 +75,10 @@ class KernelConfig:
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
-    # `large_body_width` per cycle. Measured on Zen 5: a 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions
-    # per cycle, 1.75x slower than the same tiles in a 32-FMA loop (README, "Large unrolled bodies").
-    large_body_uops: float = 1000.0
+    # `large_body_width` per cycle. Measured on Zen 5 (README, "Large unrolled bodies"): a 1024-FMA GEMM body (1910
+    # instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a 32-FMA loop; the GEMM
+    # search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted, 16-FMA loops 1.2x.
+    large_body_uops: float = 600.0
     large_body_width: float = 2.0
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
