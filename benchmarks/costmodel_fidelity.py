@@ -20,7 +20,10 @@ are reported apart: how the held-out model ranks them.
     python benchmarks/costmodel_fidelity.py --collect-searched --search-seconds 90 --top 24
 
 `--remeasure OUT` measures every row of the data file again (same candidates, same sources) into OUT, e.g. after
-a collection that shared the machine with other work (resumable: rows already in OUT are kept).
+a collection that shared the machine with other work (resumable: rows already in OUT are kept); with
+`--remeasure-limit N`, only the first N rows of each operator and source: a smaller calibration of a new machine
+from another machine's candidates (session 19 cut the Zen 5 subset, Zen 4's first 100 random rows per operator,
+with a script before this option existed).
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) ->
               f"({fails} failed) in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
-def run_remeasure(ops: list[str], data: str, out: str) -> None:
-    """Measure the candidates of `data` again into `out`, operator by operator, keeping each row's source."""
+def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None) -> None:
+    """Measure the candidates of `data` again into `out`, operator by operator, keeping each row's source; with
+    `limit`, only the first `limit` rows of each operator and source (a smaller calibration of a new machine)."""
     rows = [r for r in read_rows(data) if r.op in ops]
     for name in ops:
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
@@ -73,7 +77,7 @@ def run_remeasure(ops: list[str], data: str, out: str) -> None:
         t0 = time.perf_counter()
         n = 0
         for source in ("random", "search"):
-            cands = [r.candidate(space) for r in rows if r.op == name and r.source == source]
+            cands = [r.candidate(space) for r in rows if r.op == name and r.source == source][:limit]
             n += sum(1 for _ in measure_candidates(cands, out, source=source))
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
@@ -86,6 +90,8 @@ def main() -> int:
     ap.add_argument("--search-seconds", type=float, default=90.0)
     ap.add_argument("--top", type=int, default=24, help="best predictions measured per operator")
     ap.add_argument("--remeasure", default=None, metavar="OUT", help="measure every row of the data file again")
+    ap.add_argument("--remeasure-limit", type=int, default=None, metavar="N",
+                    help="with --remeasure: only the first N rows of each operator and source")
     ap.add_argument("--ops", default=",".join(workloads.SUITE))
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--data", default=None, help="measurements file (default: by --tag)")
@@ -96,7 +102,7 @@ def main() -> int:
     if args.data is None:
         args.data = DATA.replace(".jsonl", f"_{args.tag}.jsonl") if args.tag else DATA
     if args.remeasure:
-        run_remeasure(ops, args.data, args.remeasure)
+        run_remeasure(ops, args.data, args.remeasure, args.remeasure_limit)
         return 0
     if args.collect or args.collect_searched:
         if args.collect:
