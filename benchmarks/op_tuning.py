@@ -230,7 +230,7 @@ def main() -> int:
             timer = torch_matmul_timer(op)
             times = interleaved(mods, task.target, extra={"torch": timer} if timer else None)
             row = {"op": op, "budget_s": budget, "flops": task.flops, "info": info,
-                   "median_s": {k: statistics.median(v) for k, v in times.items()}}
+                   "median_s": {k: statistics.median(v) for k, v in times.items()}, "round_s": times}
             references = {"metaschedule": "ms", "torch": "torch"}
             for ref, label in references.items():
                 if ref not in times:
