@@ -23,16 +23,15 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fidelity_eval import _row_key  # noqa: E402
+from fidelity_eval import _row_key, suite_operator  # noqa: E402
 
 import drytune as dt  # noqa: E402
-from drytune import workloads  # noqa: E402
 from drytune.costmodel.asm import analyze_asm  # noqa: E402
 from drytune.costmodel.cpu_features import FEATURE_NAMES  # noqa: E402
 from drytune.costmodel.dataset import MeasuredRow, read_rows  # noqa: E402
 from drytune.costmodel.fpratio import _fp_units  # noqa: E402
 from drytune.costmodel.looptree import LoopTree  # noqa: E402
-from drytune.costmodel.model import Coefficients, StaticCostModel, default_coefficients_path  # noqa: E402
+from drytune.costmodel.model import Coefficients, default_coefficients_path  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 BUCKETS = (0, 100, 300, 600, 1000, 2000, 4000)
@@ -41,9 +40,7 @@ BUCKETS = (0, 100, 300, 600, 1000, 2000, 4000)
 def largest_body(args: tuple[str, list[dict]]) -> list[tuple[str, int | None]]:
     """(row key, instructions of the largest FP unit of its assembly, None if it cannot be built) per row."""
     op, rows = args
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
-    space = dt.SearchSpace(task)
-    model = StaticCostModel(task.target)
+    _, space, model = suite_operator(op)
     out = []
     for d in rows:
         row = MeasuredRow(**d)

@@ -41,11 +41,15 @@ def _row_key(row: MeasuredRow) -> str:
     return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
 
 
+def suite_operator(op: str) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
+    """A suite operator's task on the host CPU, its search space and the shipped static model."""
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    return task, dt.SearchSpace(task), StaticCostModel(task.target)
+
+
 def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
     op, rows, version = args
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
-    space = dt.SearchSpace(task)
-    model = StaticCostModel(task.target)
+    task, space, model = suite_operator(op)
     out = []
     for d in rows:
         row = MeasuredRow(**d)
