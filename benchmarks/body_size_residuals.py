@@ -23,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fidelity_eval import _row_key, suite_operator  # noqa: E402
+from fidelity_eval import _row_key, save_report, suite_operator  # noqa: E402
 
 import drytune as dt  # noqa: E402
 from drytune.costmodel.asm import analyze_asm  # noqa: E402
@@ -102,11 +102,8 @@ def main() -> int:
               for t in table]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = os.path.join(RESULTS, f"body_size_residuals_{args.tag}_{args.label}")
-    with open(out + ".md", "w") as f:
-        f.write(text)
-    with open(out + ".json", "w") as f:
-        json.dump({"rows": table, "features": feat_path, "coefficients": args.coefficients}, f, indent=1)
+    save_report(os.path.join(RESULTS, f"body_size_residuals_{args.tag}_{args.label}"), text,
+                {"rows": table, "features": feat_path, "coefficients": args.coefficients})
     return 0
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fidelity_eval import _row_key, compute_features, metrics  # noqa: E402
+from fidelity_eval import _row_key, compute_features, metrics, save_report  # noqa: E402
 
 import drytune as dt  # noqa: E402
 from drytune.costmodel.cpu_features import FEATURE_NAMES  # noqa: E402
@@ -73,11 +72,7 @@ def main() -> int:
         lines.append(f"| {name} | " + " | ".join(f"{med[m]:.2f}" for m in METRICS) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
-    out = os.path.join(RESULTS, f"coefficient_transfer_{args.tag}")
-    with open(out + ".md", "w") as f:
-        f.write(text)
-    with open(out + ".json", "w") as f:
-        json.dump(table, f, indent=1)
+    save_report(os.path.join(RESULTS, f"coefficient_transfer_{args.tag}"), text, table)
     return 0
 
 

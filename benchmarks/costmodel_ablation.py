@@ -12,7 +12,6 @@ medians over operators are printed and written to benchmarks/results/costmodel_a
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import sys
@@ -87,7 +86,7 @@ def main() -> int:
     print(f"features of {len(entries)} candidates under {len(VARIANTS)} variants in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
 
-    from fidelity_eval import metrics
+    from fidelity_eval import metrics, save_report
 
     import drytune as dt
     from drytune.costmodel.calibrate import fit_log_ranking
@@ -125,10 +124,7 @@ def main() -> int:
         lines.append(f"| {name} | {med['spearman']:.2f} | {med['pairwise']:.2f} | {med['top1']:.2f} | "
                      f"{med['top10']:.2f} | {srch} |")
         print(lines[-1], flush=True)
-    with open(os.path.join(RESULTS, f"costmodel_ablation{suffix}.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(RESULTS, f"costmodel_ablation{suffix}.json"), "w") as f:
-        json.dump(table, f, indent=1)
+    save_report(os.path.join(RESULTS, f"costmodel_ablation{suffix}"), "\n".join(lines) + "\n", table)
     return 0
 
 

@@ -47,6 +47,14 @@ def suite_operator(op: str) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
     return task, dt.SearchSpace(task), StaticCostModel(task.target)
 
 
+def save_report(stem: str, text: str, data: object) -> None:
+    """A benchmark's report beside its data: the markdown `text` in STEM.md, `data` as JSON in STEM.json."""
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    with open(stem + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+
+
 def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
     op, rows, version = args
     task, space, model = suite_operator(op)
