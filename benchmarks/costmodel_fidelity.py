@@ -97,6 +97,8 @@ def main() -> int:
     ap.add_argument("--data", default=None, help="measurements file (default: by --tag)")
     ap.add_argument("--tag", default="", help="machine tag: files end in _TAG (another CPU than the shipped data's)")
     ap.add_argument("--fit-out", default=None, help="also write coefficients fitted on every operator to this file")
+    ap.add_argument("--launch-cycles", type=float, default=None,
+                    help="cycles per parallel-region entry pinned in every fit (default: measured now; 0: fitted)")
     args = ap.parse_args()
     ops = args.ops.split(",")
     if args.data is None:
@@ -112,7 +114,7 @@ def main() -> int:
         return 0
     from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
 
-    return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out)
+    return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles)
 
 
 if __name__ == "__main__":

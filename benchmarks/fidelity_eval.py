@@ -12,7 +12,7 @@ from scipy import stats
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import fit_log_ranking
+from drytune.costmodel.calibrate import fit_log_ranking, parallel_region_cycles
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import MeasuredRow, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
@@ -192,8 +192,9 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 
 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
-             fit_out: str | None = None) -> int:
-    """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG."""
+             fit_out: str | None = None, launch_cycles: float | None = None) -> int:
+    """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
+    `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted)."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
@@ -209,8 +210,12 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     # operator: in-sample here, reported apart)
     default_path = os.path.join(COEFF_DIR, f"{spec.arch}-default.json")
     default = Coefficients.load(default_path).vector()
+    if launch_cycles is None:
+        launch_cycles = parallel_region_cycles(target, spec.freq_ghz)
+        print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
+    fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
-        write_fit(by_op, spec, data_path, default, fit_out)
+        write_fit(by_op, spec, data_path, default, fit_out, fixed)
     calibrated_path = default_coefficients_path(spec, cpu)  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path).vector() if calibrated_path != default_path else None
     table = []
@@ -226,7 +231,8 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         others = [(r, e) for o, d in by_op.items() if o != op for r, e in d if r.source == "random"]
         F_train = np.array([e["values"] for _, e in others])
         y_train = np.array([r.seconds for r, _ in others])
-        coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=[r.op for r, _ in others], init=default)
+        coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=[r.op for r, _ in others], init=default,
+                               fixed=fixed)
         F = np.array([e["values"] for _, e in data])
         pred = F @ coef
         if len(searched) >= 8:  # how the held-out model ranks a search's best predictions, once measured
@@ -258,12 +264,13 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     return 0
 
 
-def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str) -> None:
+def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
+              fixed: dict[int, float] | None = None) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU)."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
     feats = np.array([e["values"] for _, e in pairs])
     secs = np.array([r.seconds for r, _ in pairs])
-    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init)
+    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init, fixed=fixed)
     rel = float(np.median(np.abs(feats @ coef / (spec.freq_ghz * 1e9) / secs - 1)))
     threads = dt.threads.default_runtime_threads()
     origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/costmodel_fidelity.py --fit-out with "
@@ -274,6 +281,10 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
+    for col, value in (fixed or {}).items():
+        origin += (f" {FEATURE_NAMES[col]} is not fitted but measured before the fit: {value:.0f} cycles per "
+                   "parallel-region entry (drytune.costmodel.calibrate.parallel_region_cycles: 8 near-empty "
+                   "parallel nests against the same nests serial).")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                  {"fit_median_rel_error": rel}).save(out)
     print(f"wrote {out} (median relative error {rel:.2f})", flush=True)

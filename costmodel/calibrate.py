@@ -9,6 +9,7 @@ that the result is still cycles. `calibrate` uses the second.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import platform
@@ -16,8 +17,11 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+import tvm
 from scipy.optimize import least_squares, nnls
+from tvm import s_tir, te
 
+from ..measure import measure_modules
 from ..space import SearchSpace
 from ..task import Task
 from .cpu_features import FEATURE_NAMES
@@ -42,16 +46,27 @@ def fit_coefficients(features: np.ndarray, seconds: np.ndarray, freq_ghz: float)
 
 
 def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, groups: Sequence | None = None,
-                    init: np.ndarray | None = None) -> np.ndarray:
+                    init: np.ndarray | None = None, fixed: dict[int, float] | None = None) -> np.ndarray:
     """Non-negative a minimising a soft-L1 loss of log(a . f_i) - log(cycles_i) with each group's mean removed;
-    the scale of a is then set so that the median of cycles_i / (a . f_i) is 1."""
+    the scale of a is then set so that the median of cycles_i / (a . f_i) is 1.
+
+    `fixed` pins columns to coefficients measured elsewhere (column -> cycles per unit): their cycles are taken
+    off each row's measured cycles (keeping at least a tenth of them) and the other columns fit the rest. This is
+    for a cost that hardly varies within an operator (parallel-region entries), which the fit cannot see.
+    """
     features = np.asarray(features, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
     ok = np.isfinite(seconds) & (seconds > 0) & np.all(np.isfinite(features), axis=1)
     if ok.sum() < features.shape[1]:
         raise ValueError(f"need at least {features.shape[1]} valid measurements to fit, got {int(ok.sum())}")
-    feats = features[ok]
-    log_cycles = np.log(seconds[ok] * freq_ghz * 1e9)
+    feats = features[ok].copy()
+    cycles = seconds[ok] * freq_ghz * 1e9
+    pinned = np.zeros(feats.shape[1])
+    for col, value in (fixed or {}).items():
+        pinned[col] = value
+        feats[:, col] = 0.0
+    cycles = np.maximum(cycles - features[ok] @ pinned, 0.1 * cycles)
+    log_cycles = np.log(cycles)
     labels = np.zeros(len(feats), dtype=int) if groups is None else np.unique(np.asarray(groups)[ok],
                                                                                return_inverse=True)[1]
     counts = np.bincount(labels)
@@ -73,7 +88,38 @@ def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, 
               key=lambda r: r.cost)
     coef = np.exp(fit.x) / scale
     coef[fit.x <= -39.0] = 0.0  # at the bound: the feature is not used
-    return coef * np.exp(np.median(log_cycles - np.log(feats @ coef + 1e-300)))
+    coef = coef * np.exp(np.median(log_cycles - np.log(feats @ coef + 1e-300)))
+    for col, value in (fixed or {}).items():
+        coef[col] = value
+    return coef
+
+
+def _plus(a: te.Tensor, value: float, i: tvm.tirx.Var) -> tvm.tirx.PrimExpr:
+    return a[i] + value
+
+
+def parallel_regions_module(regions: int, parallel: bool, n: int = 64) -> tvm.IRModule:
+    """`regions` loop nests of `n` additions each (almost no work), each a parallel loop or a serial one."""
+    a = te.placeholder((n,), "float32", name="a")
+    outs = [te.compute((n,), functools.partial(_plus, a, float(k)), name=f"r{k}") for k in range(regions)]
+    sch = s_tir.Schedule(te.create_prim_func([a, *outs]))
+    if parallel:
+        for k in range(regions):
+            sch.parallel(sch.get_loops(sch.get_sblock(f"r{k}"))[0])
+    return sch.mod
+
+
+def parallel_region_cycles(target: tvm.target.Target, freq_ghz: float, regions: int = 8, rounds: int = 3) -> float:
+    """Measured cycles of entering (and leaving) one parallel region of TVM's runtime on this machine: a module of
+    `regions` near-empty parallel nests against the same nests serial, interleaved over `rounds`, median."""
+    mods = [parallel_regions_module(regions, True), parallel_regions_module(regions, False)]
+    per_round = []
+    for _ in range(rounds):
+        par, ser = (r.seconds for r in measure_modules(mods, target, number=10, repeat=5, min_repeat_ms=20))
+        if not (math.isfinite(par) and math.isfinite(ser)):
+            raise RuntimeError("the parallel-region microbenchmark failed to build or run")
+        per_round.append(max(par - ser, 0.0) / regions)
+    return float(np.median(per_round)) * freq_ghz * 1e9
 
 
 def features_of_rows(model: StaticCostModel, rows: Sequence[MeasuredRow], spaces: dict[str, SearchSpace]
@@ -112,13 +158,16 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
 
     rows = [r for r in read_rows(data_path) if r.op in spaces]
     feats, secs, ops = features_of_rows(model, rows, spaces)
-    coef = fit_log_ranking(feats, secs, model.spec.freq_ghz, groups=ops, init=model.coefficients.vector())
+    launch = parallel_region_cycles(target, model.spec.freq_ghz)
+    coef = fit_log_ranking(feats, secs, model.spec.freq_ghz, groups=ops, init=model.coefficients.vector(),
+                           fixed={FEATURE_NAMES.index("parallel_launches"): launch})
     pred = feats @ coef / (model.spec.freq_ghz * 1e9)
     rel = float(np.median(np.abs(pred / secs - 1)))
     origin = (f"Calibrated by `drytune calibrate` on {time.strftime('%Y-%m-%d')} on {platform.machine()} "
               f"({model.spec.name}); {len(secs)} measured candidates of {', '.join(spaces)}; non-negative fit "
               f"of log latency with each operator's mean removed (soft-L1 loss); median relative error of the fit "
-              f"{rel:.2f}.")
+              f"{rel:.2f}. parallel_launches is not fitted but measured ({launch:.0f} cycles per parallel-region "
+              f"entry: 8 near-empty parallel nests against the same nests serial).")
     result = Coefficients(model.spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                           {"fit_median_rel_error": rel if math.isfinite(rel) else None})
     result.save(out_path)

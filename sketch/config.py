@@ -17,6 +17,10 @@ class SpaceConfig:
     cpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512)
     gpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512, 1024)
     vector_caps: tuple[int, ...] = (8, 16, 32, 64)
+    # CPU: a nest may also stay serial (parallel depth 0, the last option so that older records keep their
+    # meaning). Entering a parallel region costs ~1.6 us on the 2-core VMs here (8 empty regions: 13 us), so a
+    # 7x7 global pool of 2048 channels ran in 5.7 us serial against 8-12 us parallel (Zen 5, README)
+    cpu_serial_option: bool = True
     # rfactor when the reduction is long and the spatial extent leaves cores idle. 16 takes in a 7x7 global pool:
     # its rfactor sketches ran at 7.6 us against 17.4 us for the best plain one (Zen 4, README)
     rfactor_min_reduce: int = 16

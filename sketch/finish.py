@@ -115,16 +115,19 @@ def _head_of(nest: list[str], chosen: dict[str, tuple[int, ...]]) -> str | None:
 
 @dataclass(frozen=True)
 class FinishCPU(Step):
-    """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix, auto-unroll."""
+    """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix (or, with
+    `serial_option`, none), auto-unroll."""
 
     unroll_steps: tuple[int, ...]
     vector_caps: tuple[int, ...]
     heads: tuple[tuple[str, int], ...]
+    serial_option: bool = False
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         chosen: dict[str, tuple[int, ...]] = {}
         for head, bound in self.heads:
-            depth = choose(sch, decider, f"{head}/parallel", "parallel", tuple(range(1, max(bound, 1) + 1)))
+            depths = tuple(range(1, max(bound, 1) + 1)) + ((0,) if self.serial_option else ())
+            depth = choose(sch, decider, f"{head}/parallel", "parallel", depths)
             cap = choose(sch, decider, f"{head}/vectorize", "vectorize", self.vector_caps)
             unroll = choose(sch, decider, f"{head}/unroll", "unroll", self.unroll_steps)
             chosen[head] = (depth, cap, unroll)

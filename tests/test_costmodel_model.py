@@ -9,10 +9,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tvm
+import tvm_ffi
+from tvm import tirx
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import calibrate, fit_coefficients, fit_log_ranking
+from drytune.costmodel.calibrate import (
+    calibrate,
+    fit_coefficients,
+    fit_log_ranking,
+    parallel_region_cycles,
+    parallel_regions_module,
+)
 from drytune.costmodel.cpu_features import FEATURE_NAMES
 from drytune.costmodel.dataset import measure_candidates, read_rows
 from drytune.costmodel.model import (
@@ -57,6 +66,55 @@ def test_log_ranking_fit_ignores_per_operator_scale() -> None:
         fit_log_ranking(feats[:3], seconds[:3], 2.5)
 
 
+def test_fit_keeps_a_pinned_coefficient_and_fits_the_rest() -> None:
+    rng = np.random.default_rng(2)
+    col = FEATURE_NAMES.index("parallel_launches")
+    true = np.zeros(len(FEATURE_NAMES))
+    true[[0, 4, 5]] = [1.0, 2.0, 6.0]
+    true[col] = 5000.0
+    feats = rng.uniform(1e3, 1e6, size=(90, len(FEATURE_NAMES)))
+    groups = np.repeat(["a", "b", "c"], 30)
+    feats *= np.repeat([[1.0], [20.0], [300.0]], 30, axis=0)
+    feats[:, col] = np.repeat([1, 2, 3], 30)  # as in real data: an operator's candidates enter as many regions
+    seconds = feats @ true / 2.5e9
+    fitted = fit_log_ranking(feats, seconds, 2.5, groups=groups, fixed={col: 5000.0})
+    assert fitted[col] == 5000.0
+    free = [i for i in range(len(FEATURE_NAMES)) if i != col]
+    np.testing.assert_allclose(fitted[free], true[free], rtol=1e-3, atol=1e-3)
+
+
+def test_parallel_region_microbenchmark_measures_parallel_against_serial_nests() -> None:
+    par, ser = parallel_regions_module(3, True), parallel_regions_module(3, False)
+    assert (_loop_kinds(par), _loop_kinds(ser)) == (["PARALLEL"] * 3, ["SERIAL"] * 3)
+    cycles = parallel_region_cycles(resolve_target("llvm")[0], 2.5, regions=3, rounds=1)
+    assert math.isfinite(cycles) and cycles >= 0
+
+
+def test_parallel_region_cost_makes_a_tiny_kernel_serial_and_a_large_one_parallel() -> None:
+    model = StaticCostModel("llvm", coefficients=os.path.join(COEFF_DIR, "x86-default.json"))
+
+    def serial_and_parallel(task: dt.Task) -> tuple[float, float]:
+        cand = dt.SearchSpace(task).sample(1, seed=0)[0]
+        holes = [h for h in cand.sketch.holes if h.kind == "parallel"]
+        pick = {True: {h.key: len(h.options) - 1 for h in holes},
+                False: {h.key: h.options.index(max(h.options)) for h in holes}}
+        ser, par = model.predict(task, [dt.Candidate(task, cand.sketch, {**cand.decisions, **pick[s]})
+                                        for s in (True, False)])
+        return ser, par
+
+    ser, par = serial_and_parallel(_task("global_avg_pool"))  # 64 channels x 7 x 7: ~3000 additions
+    assert ser < par
+    gemm = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
+    ser, par = serial_and_parallel(gemm)
+    assert par < ser
+
+
+def _loop_kinds(mod: tvm.IRModule) -> list[str]:
+    found: list[str] = []
+    tvm_ffi.structural_walk(mod, [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))], order="pre")
+    return found
+
+
 def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:
     task = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
     model = StaticCostModel(task.target)
@@ -74,7 +132,7 @@ def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:
         if h.kind == "vectorize":
             decisions[h.key] = h.options.index(64)
         if h.kind == "parallel":
-            decisions[h.key] = len(h.options) - 1
+            decisions[h.key] = h.options.index(max(h.options))
     tuned = model.predict(task, [dt.Candidate(task, sketch, decisions)])[0]
     assert 0 < tuned < naive / 5
 
