@@ -9,9 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import tvm
-import tvm_ffi
-from tvm import tirx
+from tir_programs import loop_kinds, with_parallel
 
 import drytune as dt
 from drytune import workloads
@@ -85,7 +83,7 @@ def test_fit_keeps_a_pinned_coefficient_and_fits_the_rest() -> None:
 
 def test_parallel_region_microbenchmark_measures_parallel_against_serial_nests() -> None:
     par, ser = parallel_regions_module(3, True), parallel_regions_module(3, False)
-    assert (_loop_kinds(par), _loop_kinds(ser)) == (["PARALLEL"] * 3, ["SERIAL"] * 3)
+    assert (loop_kinds(par), loop_kinds(ser)) == (["PARALLEL"] * 3, ["SERIAL"] * 3)
     cycles = parallel_region_cycles(resolve_target("llvm")[0], 2.5, regions=3, rounds=1)
     assert math.isfinite(cycles) and cycles >= 0
 
@@ -95,11 +93,7 @@ def test_parallel_region_cost_makes_a_tiny_kernel_serial_and_a_large_one_paralle
 
     def serial_and_parallel(task: dt.Task) -> tuple[float, float]:
         cand = dt.SearchSpace(task).sample(1, seed=0)[0]
-        holes = [h for h in cand.sketch.holes if h.kind == "parallel"]
-        pick = {True: {h.key: len(h.options) - 1 for h in holes},
-                False: {h.key: h.options.index(max(h.options)) for h in holes}}
-        ser, par = model.predict(task, [dt.Candidate(task, cand.sketch, {**cand.decisions, **pick[s]})
-                                        for s in (True, False)])
+        ser, par = model.predict(task, [with_parallel(cand, serial=s) for s in (True, False)])
         return ser, par
 
     ser, par = serial_and_parallel(_task("global_avg_pool"))  # 64 channels x 7 x 7: ~3000 additions
@@ -107,12 +101,6 @@ def test_parallel_region_cost_makes_a_tiny_kernel_serial_and_a_large_one_paralle
     gemm = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
     ser, par = serial_and_parallel(gemm)
     assert par < ser
-
-
-def _loop_kinds(mod: tvm.IRModule) -> list[str]:
-    found: list[str] = []
-    tvm_ffi.structural_walk(mod, [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))], order="pre")
-    return found
 
 
 def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:

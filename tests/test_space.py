@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from tir_programs import loop_kinds, with_parallel
 from tvm import s_tir, te, tirx
 
 import drytune as dt
@@ -173,11 +174,7 @@ def test_elementwise_gets_parallel_and_vectorized_sketch() -> None:
     assert len(space.sketches) == 1
     kinds = {h.kind for h in space.sketches[0].holes}
     assert {"parallel", "vectorize", "unroll"} <= kinds
-    cand = space.sample(1, seed=0)[0]
-    deepest = {h.key: h.options.index(max(h.options)) for h in cand.sketch.holes if h.kind == "parallel"}
-    mod = dt.Candidate(task, cand.sketch, {**cand.decisions, **deepest}).to_mod()
-    found: list[str] = []
-    tvm_ffi.structural_walk(mod, [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))], order="pre")
+    found = loop_kinds(with_parallel(space.sample(1, seed=0)[0], serial=False).to_mod())
     assert "PARALLEL" in found and "VECTORIZED" in found
 
 
@@ -187,11 +184,8 @@ def test_cpu_nest_may_stay_serial_and_still_match_the_unscheduled_program() -> N
     cand = space.sample(1, seed=0)[0]
     holes = [h for h in cand.sketch.holes if h.kind == "parallel"]
     assert holes and all(h.options[-1] == 0 for h in holes)  # serial is the last option: older records keep theirs
-    serial = dt.Candidate(task, cand.sketch, {**cand.decisions, **{h.key: len(h.options) - 1 for h in holes}})
-    found: list[str] = []
-    tvm_ffi.structural_walk(serial.to_mod(), [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))],
-                            order="pre")
-    assert "PARALLEL" not in found
+    serial = with_parallel(cand, serial=True)
+    assert "PARALLEL" not in loop_kinds(serial.to_mod())
     assert check_candidate(task, serial).ok
     off = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_serial_option=False))
     assert all(0 not in h.options for s in off.sketches for h in s.holes if h.kind == "parallel")

@@ -1,13 +1,29 @@
-"""Small TIR programs and TVM lowering steps shared by the cost-model tests."""
+"""Small TIR programs, TVM lowering steps and candidate edits shared by the tests."""
 
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, te, tirx
+
+import drytune as dt
 
 # TVM's own placement and compaction of intermediate buffers, as the default pipeline runs them
 COMPACTION_PASSES = ("LowerInitBlock", "PlanAndUpdateBufferAllocationLocation", "ConvertBlocksToOpaque",
                      "CompactBufferAllocation")
+
+
+def loop_kinds(mod: tvm.IRModule) -> list[str]:
+    """Kinds of the module's loops in pre-order ("SERIAL", "PARALLEL", "VECTORIZED", ...)."""
+    found: list[str] = []
+    tvm_ffi.structural_walk(mod, [(tirx.For, lambda f: found.append(tirx.ForKind(int(f.kind)).name))], order="pre")
+    return found
+
+
+def with_parallel(cand: dt.Candidate, serial: bool) -> dt.Candidate:
+    """`cand` with every CPU nest serial (parallel depth 0) or at its deepest parallel fusion."""
+    pick = {h.key: h.options.index(0 if serial else max(h.options)) for h in cand.sketch.holes if h.kind == "parallel"}
+    return dt.Candidate(cand.task, cand.sketch, {**cand.decisions, **pick})
 
 
 def compacted(mod: tvm.IRModule) -> tvm.IRModule:
