@@ -648,13 +648,23 @@ class _LoopSolver:
                 setp[d] = None
             state[d] = value if value is not None else self._fresh(f"v{ins.index}:{d}", self.innermost[ins.index])
 
-    def _iteration_form(self, expr: _Lin, lp: Loop, steps: dict[str, int],
-                        init: dict[str, _Lin]) -> tuple[_Lin, int] | None:
-        """Write `expr` (taken during iteration n) as A + (n-1)*S with A free of loop-variant symbols."""
+    def _iteration_form(self, expr: _Lin, lp: Loop, steps: dict[str, int], init: dict[str, _Lin],
+                        settled: dict[str, _Lin] | None = None, late: bool = False) -> tuple[_Lin, int] | None:
+        """Write `expr` (taken during iteration n) as A + (n-1)*S with A free of loop-variant symbols.
+
+        A register in `settled` is reset to the same loop-invariant value at every back edge: it holds its
+        initial value in iteration 1 and the settled one from iteration 2 on; the form uses the settled
+        value if `late` (valid for n >= 2), else the initial one (valid for n = 1)."""
         a, s = _Lin(None, expr.const), 0
         for sym, coef in expr.terms.items():
             reg, _, tag = sym.rpartition("@L")
             if tag == str(lp.id) and reg:
+                if settled is not None and reg in settled:
+                    value = settled[reg] if late else init.get(reg)
+                    if value is None:
+                        return None
+                    a = a + value.scale(coef)
+                    continue
                 if reg not in steps:
                     return None
                 start = init.get(reg)
@@ -670,10 +680,13 @@ class _LoopSolver:
     def _solve(self, lp: Loop, branch: Instruction, state: dict[str, _Lin], init: dict[str, _Lin],
                setp: dict, exit_info) -> None:
         steps: dict[str, int] = {}
+        settled: dict[str, _Lin] = {}  # e.g. LLVM's two-trip loops: `add r1, i, 1; mov i, 1; setp.lt r1, 2`
         for reg in self.written[lp.id]:
             diff = state[reg] - _Lin.sym(f"{reg}@L{lp.id}")
             if diff.is_const:
                 steps[reg] = diff.const
+            elif not any(self._variant(sym, lp) for sym in state[reg].terms):
+                settled[reg] = state[reg]
         if branch.guard is not None:
             test, negated, body_offset = setp.get(branch.guard), branch.guard_negated, 0
         elif exit_info is not None:
@@ -688,15 +701,12 @@ class _LoopSolver:
         cmp, a, b = test
         if negated:
             cmp = _NEGATE[cmp]
-        fa, fb = self._iteration_form(a, lp, steps, init), self._iteration_form(b, lp, steps, init)
-        if fa is None or fb is None:
-            lp.reason = "compared values are not affine in the iteration number"
+        uses_settled = any(s.rpartition("@L")[0] in settled for s in (*a.terms, *b.terms)
+                           if s.endswith(f"@L{lp.id}"))
+        n = self._exit_iteration(cmp, a, b, lp, steps, init, settled if uses_settled else None)
+        if isinstance(n, str):
+            lp.reason = n
             return
-        diff, slope = fa[0] - fb[0], fa[1] - fb[1]
-        if not diff.is_const:
-            lp.reason = "bound depends on runtime values: " + ", ".join(sorted(diff.terms))
-            return
-        n = _first_false(cmp, diff.const, slope)
         if n is None or n - body_offset > _MAX_TRIP:
             lp.reason = "exit test never fails"
             return
@@ -709,6 +719,27 @@ class _LoopSolver:
                 lp.init = start.const if start is not None and start.is_const else None
                 lp.bound = other.const if other.is_const else None
                 break
+
+    def _exit_iteration(self, cmp: str, a: _Lin, b: _Lin, lp: Loop, steps: dict[str, int],
+                        init: dict[str, _Lin], settled: dict[str, _Lin] | None) -> int | None | str:
+        """First iteration n >= 1 in which `cmp(a - b, 0)` fails (None: never); a string says why it is unknown."""
+        forms = []
+        for late in ((False, True) if settled else (False,)):
+            fa = self._iteration_form(a, lp, steps, init, settled, late)
+            fb = self._iteration_form(b, lp, steps, init, settled, late)
+            if fa is None or fb is None:
+                return "compared values are not affine in the iteration number"
+            diff, slope = fa[0] - fb[0], fa[1] - fb[1]
+            if not diff.is_const:
+                return "bound depends on runtime values: " + ", ".join(sorted(diff.terms))
+            forms.append((diff.const, slope))
+        if not settled:
+            return _first_false(cmp, *forms[0])
+        if _first_false(cmp, forms[0][0], 0) == 1:  # the test fails in iteration 1, before anything settles
+            return 1
+        k, slope = forms[1]
+        later = _first_false(cmp, k + slope, slope)  # iterations 2, 3, ... counted from 1
+        return None if later is None else later + 1
 
     def _leave(self, lp: Loop, state: dict[str, _Lin], init: dict[str, _Lin]) -> None:
         """Register values after the loop exits, in terms of symbols that are still meaningful."""

@@ -206,6 +206,50 @@ def test_top_tested_and_negated_loops_in_handwritten_ptx():
     assert ptx.dynamic_profile(module.kernels["hand"]).counts["fp32.fma"] == 20
 
 
+_SETTLED_PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry settled(.param .u64 p)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<8>;
+  .reg .f32 %f<2>;
+  mov.f32 %f1, 0f3F800000;
+  mov.u32 %r5, 0;
+$L_outer:                      // 5 trips; inside, LLVM's two-trip form: the counter's next value is the constant 1
+  mov.u32 %r1, 0;
+$L_two:
+  fma.rn.f32 %f1, %f1, %f1, %f1;
+  add.s32 %r2, %r1, 1;
+  mov.u32 %r3, 1;
+  setp.lt.u32 %p1, %r2, 2;
+  mov.u32 %r1, %r3;
+  @%p1 bra $L_two;
+  mov.u32 %r6, 7;
+$L_once:                       // the same form whose test fails in iteration 1: one trip
+  fma.rn.f32 %f1, %f1, %f1, %f1;
+  add.s32 %r7, %r6, 1;
+  mov.u32 %r6, 0;
+  setp.lt.u32 %p2, %r7, 2;
+  @%p2 bra $L_once;
+  add.s32 %r5, %r5, 1;
+  setp.lt.u32 %p2, %r5, 5;
+  @%p2 bra $L_outer;
+  ret;
+}
+"""
+
+
+def test_loop_whose_counter_is_reset_to_a_constant_at_its_back_edge():
+    func = ptx.parse_ptx(_SETTLED_PTX).kernels["settled"]
+    loops = ptx.find_loops(func)
+    assert [lp.trip_count for lp in loops] == [5, 2, 1]
+    prof = ptx.dynamic_profile(func)
+    assert prof.unknown_loops == 0
+    assert prof.counts["fp32.fma"] == 5 * (2 + 1)
+
+
 def test_occupancy_hand_computed():
     _, spec = resolve_target("cuda-sm90")
     # 64 regs x 32 = 2048 regs per warp -> 32 warps by registers -> 4 blocks of 8 warps
