@@ -5,6 +5,8 @@ scored by `StaticCostModel` exactly as a search scores it, then assembled to a c
 the cubins, each kernel's launch (grid, block, dynamic shared memory, argument buffers), the per-kernel GPU
 features and a CPU reference of every output at sampled positions.
 `measure` (on the GPU machine): `cuda_device_measure.py` runs and times every cubin (numpy and CuPy only).
+`rescore` (here, optional): the bundle's candidates scored again by the current model, cubins unchanged.
+`search` (here, optional): a static search's best predictions added to the bundle.
 `report` (here): Spearman, Kendall, pairwise accuracy and top-k ratios of the static model, a FLOP-count
 baseline and MetaSchedule's XGBoost model trained on 32 / 64 measured samples of the same operator.
 
@@ -52,19 +54,25 @@ def model_description(model) -> str:
     return "uncalibrated formula" if model.coefficients is None else "calibrated: " + model.coefficients.origin[:60]
 
 
+def score_candidate(model, mod):
+    """Build one candidate to PTX and score it as `StaticCostModel.predict` does: (build, features, seconds, wall)."""
+    from drytune.costmodel.cuda_build import build_cuda
+    from drytune.costmodel.gpu_features import features_from_build
+
+    t1 = time.perf_counter()
+    build = build_cuda(mod, TARGET)
+    feats = features_from_build(build, model.spec)
+    return build, feats, model.seconds_from_gpu_features(feats), time.perf_counter() - t1
+
+
 def bundle_candidate(task, model, cand, cid: str, source: str, bundle: str, params: list[dict]) -> dict:
     """Score one candidate as a search would, assemble its cubin and describe its launches; raises if it cannot run."""
     import tvm
 
-    from drytune.costmodel.cuda_build import assemble_cubin, build_cuda
-    from drytune.costmodel.gpu_features import features_from_build
+    from drytune.costmodel.cuda_build import assemble_cubin
 
-    t1 = time.perf_counter()  # what StaticCostModel.predict does for one candidate, built once and kept
     mod = cand.to_mod()
-    build = build_cuda(mod, TARGET)
-    feats = features_from_build(build, model.spec)
-    predicted = model.seconds_from_gpu_features(feats)
-    score_s = time.perf_counter() - t1
+    build, feats, predicted, score_s = score_candidate(model, mod)
     if not np.isfinite(predicted):
         raise ValueError("scored invalid by the static model")
     args, scratch = build.kernel_args, build.workspace
@@ -130,6 +138,33 @@ def prepare_op(job: tuple[str, int, int, str]) -> dict:
            "prepare_s": time.perf_counter() - t0}
     _write_op(bundle, doc)
     return {"op": op, "n": len(cands), "skipped": skipped, "s": doc["prepare_s"]}
+
+
+def rescore_op(job: tuple[str, str]) -> dict:
+    """Score a bundled operator's candidates again with the current model (features and predictions; the cubins
+    stay, since the same decisions build the same kernels), so that a model change is judged on measured kernels."""
+    op, bundle = job
+    import drytune as dt
+    from drytune import workloads
+    from drytune.annotate.candidate import Candidate
+
+    with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
+        doc = json.load(f)
+    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    space, model = dt.SearchSpace(task), dt.StaticCostModel(TARGET)
+    changed = 0
+    for c in doc["candidates"]:
+        cand = Candidate(task, space.sketch(c["sketch"]),
+                         {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
+        build, feats, predicted, _ = score_candidate(model, cand.to_mod())
+        if [[k.kernel, list(k.grid), list(k.block)] for k in build.launch] != [
+                [k["name"], k["grid"], k["block"]] for k in c["kernels"]]:
+            raise RuntimeError(f"{op} {c['id']}: the rebuilt kernels differ from the bundled cubin's")
+        changed += not np.isclose(predicted, c["predicted_s"], rtol=1e-9)
+        c["predicted_s"], c["features"] = predicted, [f.numeric() | {"kernel": f.kernel} for f in feats]
+    doc["model"] = model_description(model)
+    _write_op(bundle, doc)
+    return {"op": op, "n": len(doc["candidates"]), "changed": changed}
 
 
 def _write_op(bundle: str, doc: dict) -> None:
@@ -444,7 +479,7 @@ def write_markdown(table: list[dict], path: str, device: str, xgb_sizes: tuple[i
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--phase", choices=("prepare", "search", "report"), required=True)
+    ap.add_argument("--phase", choices=("prepare", "rescore", "search", "report"), required=True)
     ap.add_argument("--search-seconds", type=float, default=30.0)
     ap.add_argument("--top", type=int, default=4)
     ap.add_argument("--search-label", default="search", help="source name of the search's candidates")
@@ -466,6 +501,10 @@ def main() -> int:
     ops = [o for o in args.ops.split(",") if o] or list(workloads.SUITE)
     if args.phase == "prepare":
         run_prepare(ops, args.samples, args.seed, args.bundle, args.workers)
+    elif args.phase == "rescore":
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            for res in pool.imap_unordered(rescore_op, [(op, args.bundle) for op in ops]):
+                print(f"{res['op']:20s} {res['changed']:4d} of {res['n']} predictions changed", flush=True)
     elif args.phase == "search":
         for op in ops:
             res = add_search_picks(op, args.search_seconds, args.top, args.bundle, args.search_label)
