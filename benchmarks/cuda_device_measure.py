@@ -52,7 +52,8 @@ def warm_up(cp, seconds: float = 0.5) -> None:
         cp.cuda.Device().synchronize()
 
 
-def _load_op(bundle: str, op: str) -> dict:
+def load_op(bundle: str, op: str) -> dict:
+    """One operator's bundle document (ops/OP.json)."""
     with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
         return json.load(f)
 
@@ -61,7 +62,7 @@ def _child(bundle: str, op: str, skip: set[str], out: str, progress: str, min_re
            repeats: int) -> None:
     import cupy as cp
 
-    spec = _load_op(bundle, op)
+    spec = load_op(bundle, op)
     host = seeded_inputs(spec["params"], spec["seed"])
     params = {p["name"]: cp.asarray(x) for p, x in zip(spec["params"], host, strict=True)}
     written = [p["name"] for p in spec["params"] if p["written"]]
@@ -154,7 +155,7 @@ def measure_op(bundle: str, op: str, out: str, min_repeat_ms: float, repeats: in
     state = os.path.join(tempfile.gettempdir(), f"drytune_cuda_measure_{os.getpid()}")
     os.makedirs(state, exist_ok=True)
     progress, skip_file = os.path.join(state, f"{op}.progress"), os.path.join(state, f"{op}.skip")
-    ids = [c["id"] for c in _load_op(bundle, op)["candidates"]]
+    ids = [c["id"] for c in load_op(bundle, op)["candidates"]]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{op}: the bundle repeats candidate ids")
     while True:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_device_measure import seeded_inputs  # noqa: E402 - numpy-only helper shared with the GPU side
+from cuda_device_measure import load_op, seeded_inputs  # noqa: E402 - numpy-only helpers shared with the GPU side
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TARGET = "cuda-sm90"
@@ -52,6 +52,19 @@ def workload_info(op: str) -> dict:
 def model_description(model) -> str:
     """Which GPU model scored a bundle: the uncalibrated formula or the calibration file's first words."""
     return "uncalibrated formula" if model.coefficients is None else "calibrated: " + model.coefficients.origin[:60]
+
+
+def rebuilt_candidate(task, space, c: dict):
+    """The candidate a bundle entry describes: its sketch and decisions (JSON lists back to tuples)."""
+    from drytune.annotate.candidate import Candidate
+
+    return Candidate(task, space.sketch(c["sketch"]),
+                     {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
+
+
+def feature_rows(feats) -> list[dict]:
+    """Per-kernel GPU features as the bundle stores them."""
+    return [f.numeric() | {"kernel": f.kernel} for f in feats]
 
 
 def score_candidate(model, mod):
@@ -93,7 +106,7 @@ def bundle_candidate(task, model, cand, cid: str, source: str, bundle: str, para
         "kernels": [{"name": k.kernel, "grid": list(k.grid), "block": list(k.block),
                      "dyn_smem": build.dynamic_smem.get(k.kernel, 0), "args": list(args[k.kernel])}
                     for k in build.launch],
-        "features": [f.numeric() | {"kernel": f.kernel} for f in feats],
+        "features": feature_rows(feats),
     }
 
 
@@ -146,22 +159,18 @@ def rescore_op(job: tuple[str, str]) -> dict:
     op, bundle = job
     import drytune as dt
     from drytune import workloads
-    from drytune.annotate.candidate import Candidate
 
-    with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
-        doc = json.load(f)
+    doc = load_op(bundle, op)
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     space, model = dt.SearchSpace(task), dt.StaticCostModel(TARGET)
     changed = 0
     for c in doc["candidates"]:
-        cand = Candidate(task, space.sketch(c["sketch"]),
-                         {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
-        build, feats, predicted, _ = score_candidate(model, cand.to_mod())
+        build, feats, predicted, _ = score_candidate(model, rebuilt_candidate(task, space, c).to_mod())
         if [[k.kernel, list(k.grid), list(k.block)] for k in build.launch] != [
                 [k["name"], k["grid"], k["block"]] for k in c["kernels"]]:
             raise RuntimeError(f"{op} {c['id']}: the rebuilt kernels differ from the bundled cubin's")
         changed += not np.isclose(predicted, c["predicted_s"], rtol=1e-9)
-        c["predicted_s"], c["features"] = predicted, [f.numeric() | {"kernel": f.kernel} for f in feats]
+        c["predicted_s"], c["features"] = predicted, feature_rows(feats)
     doc["model"] = model_description(model)
     _write_op(bundle, doc)
     return {"op": op, "n": len(doc["candidates"]), "changed": changed}
@@ -183,8 +192,7 @@ def add_search_picks(op: str, seconds: float, top: int, bundle: str, label: str 
     import drytune as dt
     from drytune import workloads
 
-    with open(os.path.join(bundle, "ops", f"{op}.json")) as f:
-        doc = json.load(f)
+    doc = load_op(bundle, op)
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     model = dt.StaticCostModel(TARGET)
     t0 = time.perf_counter()
@@ -217,12 +225,10 @@ def xgb_cuda(op: str, cands: list[dict], meas: np.ndarray, sizes: tuple[int, ...
 
     import drytune as dt
     from drytune import workloads
-    from drytune.annotate.candidate import Candidate
 
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     space = dt.SearchSpace(task)
-    built = [Candidate(task, space.sketch(c["sketch"]),
-                       {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()}) for c in cands]
+    built = [rebuilt_candidate(task, space, c) for c in cands]
     return {str(n): m for n, m in xgb_metrics_for(task, built, meas, sizes).items()}
 
 
@@ -254,16 +260,13 @@ def prescore_terms_of(op: str, cands: list[dict], spec) -> dict[str, np.ndarray]
     """TIR-only pre-score terms (`gpu_prescore`) of bundled candidates, by id (those that fit an SM)."""
     import drytune as dt
     from drytune import workloads
-    from drytune.annotate.candidate import Candidate
     from drytune.costmodel.gpu_prescore import kernel_work, prescore_terms
 
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
     space = dt.SearchSpace(task)
     out = {}
     for c in cands:
-        cand = Candidate(task, space.sketch(c["sketch"]),
-                         {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
-        terms = prescore_terms(kernel_work(cand.to_mod(), TARGET), spec)
+        terms = prescore_terms(kernel_work(rebuilt_candidate(task, space, c).to_mod(), TARGET), spec)
         if terms is not None:
             out[c["id"]] = terms
     return out

@@ -701,9 +701,7 @@ class _LoopSolver:
         cmp, a, b = test
         if negated:
             cmp = _NEGATE[cmp]
-        uses_settled = any(s.rpartition("@L")[0] in settled for s in (*a.terms, *b.terms)
-                           if s.endswith(f"@L{lp.id}"))
-        n = self._exit_iteration(cmp, a, b, lp, steps, init, settled if uses_settled else None)
+        n = self._exit_iteration(cmp, a, b, lp, steps, init, settled)
         if isinstance(n, str):
             lp.reason = n
             return
@@ -721,7 +719,7 @@ class _LoopSolver:
                 break
 
     def _exit_iteration(self, cmp: str, a: _Lin, b: _Lin, lp: Loop, steps: dict[str, int],
-                        init: dict[str, _Lin], settled: dict[str, _Lin] | None) -> int | None | str:
+                        init: dict[str, _Lin], settled: dict[str, _Lin]) -> int | None | str:
         """First iteration n >= 1 in which `cmp(a - b, 0)` fails (None: never); a string says why it is unknown."""
         forms = []
         for late in ((False, True) if settled else (False,)):
