@@ -4,8 +4,8 @@ timed on the same random candidates in one process (one core).
 Stages of the full score: replay the sketch (TVM schedule primitives), lower the TIR and optimise the LLVM IR
 (`tvm.compile`), LLVM's back end to assembly, the assembly analysis (parse, loop mapping, counts), the list
 scheduler, the isl data movement and the TIR kernel model. The replay is also timed through TVM's type-checked
-Python primitives (what it cost before `sketch/unchecked.py`), so the gain is measured in the same run.
-Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
+Python primitives (what it cost before `sketch/unchecked.py`), and the build with the calling wrapper's argument
+checks (what it cost before `without_argument_checks`), so both gains are measured in the same run. Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
 `ScorerConfig.prescore_batch_size`) and of 16, interleaved over a few rounds.
 
     python benchmarks/scoring_speed.py --samples 16 --tag znver4
@@ -27,7 +27,7 @@ from tvm import s_tir
 import drytune as dt
 from drytune import workloads
 from drytune.costmodel.asm import analyze_asm
-from drytune.costmodel.cpu_features import CPUFeatureExtractor
+from drytune.costmodel.cpu_features import CPUFeatureExtractor, without_argument_checks
 from drytune.costmodel.datamove import data_movement
 from drytune.costmodel.kernel import kernel_cycles
 from drytune.costmodel.looptree import LoopTree
@@ -36,8 +36,8 @@ from drytune.search.ray_scorer import RayScorer
 from drytune.sketch.sketch import ReplayDecider
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-STAGES = ("replay_checked", "replay", "loop_tree", "lower_and_llvm_opt", "llvm_backend_asm", "asm_analysis",
-          "list_scheduler", "data_movement", "kernel_model")
+STAGES = ("replay_checked", "replay", "loop_tree", "llvm_with_checks", "lower_and_llvm_opt", "llvm_backend_asm",
+          "asm_analysis", "list_scheduler", "data_movement", "kernel_model")
 LLVM_STAGES = ("lower_and_llvm_opt", "llvm_backend_asm")
 
 
@@ -61,8 +61,10 @@ def stage_times(model: StaticCostModel, ex: CPUFeatureExtractor, cand: dt.Candid
     _, t["replay_checked"] = _timed(lambda: _checked_replay(cand))
     mod, t["replay"] = _timed(cand.to_mod)
     tree, t["loop_tree"] = _timed(lambda: LoopTree.from_mod(mod))
-    lib, t["lower_and_llvm_opt"] = _timed(lambda: tvm.compile(mod, target=ex.target))
-    text, t["llvm_backend_asm"] = _timed(lambda: lib.mod.inspect_source("asm"))
+    _, t["llvm_with_checks"] = _timed(lambda: tvm.compile(mod, target=ex.target).mod.inspect_source("asm"))
+    with without_argument_checks():  # as the full score builds
+        lib, t["lower_and_llvm_opt"] = _timed(lambda: tvm.compile(mod, target=ex.target))
+        text, t["llvm_backend_asm"] = _timed(lambda: lib.mod.inspect_source("asm"))
     (_, _, counts), t["asm_analysis"] = _timed(lambda: analyze_asm(text, ex.arch, tree.preorder()))
     _, t["list_scheduler"] = _timed(lambda: ex.scheduler.program_cycles(counts.blocks))
     _, t["data_movement"] = _timed(lambda: data_movement(tree, ex.spec, counter=ex.footprints))
@@ -83,9 +85,12 @@ def op_row(op: str, samples: int, seed: int) -> dict:
     row = {"op": op, "candidates": len(times), "median_ms": {k: v * 1e3 for k, v in med.items()},
            "full_per_s": 1.0 / med["full_score"], "pre_per_s": 1.0 / med["pre_score"],
            "llvm_share": sum(med[k] for k in LLVM_STAGES) / med["full_score"],
-           "replay_speedup": med["replay_checked"] / med["replay"]}
+           "replay_speedup": med["replay_checked"] / med["replay"],
+           "no_checks_speedup": statistics.median(
+               x["llvm_with_checks"] / (x["lower_and_llvm_opt"] + x["llvm_backend_asm"]) for x in times)}
     print(f"{op:20s} full {row['full_per_s']:5.1f}/s  pre {row['pre_per_s']:5.0f}/s  "
-          f"LLVM {100 * row['llvm_share']:3.0f}% of the full score  replay x{row['replay_speedup']:.1f}", flush=True)
+          f"LLVM {100 * row['llvm_share']:3.0f}% of the full score  replay x{row['replay_speedup']:.1f}  "
+          f"LLVM without argument checks x{row['no_checks_speedup']:.2f}", flush=True)
     return row
 
 
@@ -127,7 +132,9 @@ def markdown(report: dict) -> str:
     s = report["summary"]
     lines += ["", f"Median over operators: full score {s['full_per_s']:.1f}/s, pre-score {s['pre_per_s']:.0f}/s, "
               f"LLVM (lowering, IR optimisation, back end) {100 * s['llvm_share']:.0f}% of the full score, "
-              f"replay {s['replay_speedup']:.1f}x faster without TVM's Python type checks."]
+              f"replay {s['replay_speedup']:.1f}x faster without TVM's Python type checks, LLVM "
+              f"{s['no_checks_speedup']:.2f}x faster without the wrapper's argument checks (median over operators of "
+              "the per-candidate ratios; `llvm_with_checks` is lowering, optimisation and back end with them)."]
     ray = report.get("ray_prescore")
     if ray:
         lines += ["", f"Pre-scoring {ray['candidates']} {ray['op']} candidates through two Ray actors (median of "
@@ -153,7 +160,7 @@ def main() -> int:
               "command": "python benchmarks/scoring_speed.py " + " ".join(sys.argv[1:]), "rows": rows,
               "ray_prescore": ray,
               "summary": {k: statistics.median(r[k] for r in rows)
-                          for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup")}}
+                          for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup", "no_checks_speedup")}}
     out = os.path.join(RESULTS, "scoring_speed" + (f"_{args.tag}" if args.tag else ""))
     with open(out + ".json", "w") as f:
         json.dump(report, f, indent=1)

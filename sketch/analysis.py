@@ -215,6 +215,61 @@ def iter_var_loops(sch: s_tir.Schedule, name: str) -> dict[str, set[str]]:
     return {iv: used for iv, _, used in _bindings(sch, name)}
 
 
+def _step_in(expr: object, var: str) -> int | None:
+    """How much `expr` grows when loop variable `var` grows by one, if it is linear in `var` (the rest of the
+    expression may be anything that does not use it); None otherwise."""
+    if var not in _vars_in(expr):
+        return 0
+    if isinstance(expr, tirx.Var):
+        return 1
+    if isinstance(expr, tirx.Cast):
+        return _step_in(expr.value, var)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = _step_in(expr.a, var), _step_in(expr.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(expr, tirx.Add) else a - b
+    if isinstance(expr, tirx.Mul):
+        for x, k in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(k, tirx.IntImm):
+                step = _step_in(x, var)
+                return None if step is None else step * int(k.value)
+    return None
+
+
+def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV, inputs_only: bool = False) -> int | None:
+    """Largest distance in bytes between the elements that consecutive iterations of `loop` touch in one of the
+    buffers block `name` reads or writes, or with `inputs_only` only reads (0: it touches the same elements; None:
+    not linear in the loop)."""
+    realize = _get_sblock_realize(raw_schedule(sch), sch.get_sblock(name))
+    var = sch.get(loop).loop_var.name
+    per_iter: dict[str, int] = {}  # block iterator -> its step per iteration of the loop
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
+        step = _step_in(value, var)
+        if step is None:
+            return None
+        per_iter[iv.var.name] = step
+    written = {w.source.same_as for w in realize.block.writes}
+    regions = [r for r in realize.block.reads if not any(f(r.source) for f in written)] if inputs_only \
+        else [*realize.block.reads, *realize.block.writes]
+    widest = 0
+    for region in regions:
+        stride, inner = 0, 1
+        for rng, dim in zip(reversed(region.region), reversed(region.source.shape), strict=True):
+            steps = [_step_in(rng.min, iv) for iv in per_iter if per_iter[iv]]
+            if any(s is None for s in steps):
+                return None
+            step = sum(s * per_iter[iv] for s, iv in zip(steps, [iv for iv in per_iter if per_iter[iv]], strict=True))
+            if step:
+                stride = step * inner
+                break
+            if not isinstance(dim, tirx.IntImm):
+                break
+            inner *= int(dim)
+        widest = max(widest, abs(stride) * region.source.dtype.bits // 8)
+    return widest
+
+
 def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
     """For each loop around block `name` (outer to inner): "S" if it feeds only spatial iterators,
     "R" if it feeds a reduction iterator, "O" otherwise (unused by the block).

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from .analysis import block_names, loop_iter_kinds
+from .analysis import block_names, loop_iter_kinds, loop_stride_bytes
 from .factors import divisors
 from .sketch import Decider, Step
 from .steps import UNROLL_KEY, choose
@@ -78,6 +78,16 @@ def vectorize_inner(sch: s_tir.Schedule, block: str, cap: int) -> None:
         sch.vectorize(inner)
 
 
+def gathers(sch: s_tir.Schedule, block: str, line_bytes: int) -> bool:
+    """`block` reduces, and the lanes of its vectorizable loop fall `line_bytes` or more apart in one of its
+    inputs: each lane is a load of its own, inside the body that auto-unrolling copies."""
+    loop = _vectorizable_inner(sch, block)
+    if loop is None or "R" not in loop_iter_kinds(sch, block):
+        return False
+    stride = loop_stride_bytes(sch, block, loop, inputs_only=True)
+    return stride is not None and stride >= line_bytes
+
+
 def decompose_reductions(sch: s_tir.Schedule) -> None:
     """Split each reduction block with an init into init + update at its first serial reduction loop."""
     for name in block_names(sch):
@@ -116,12 +126,17 @@ def _head_of(nest: list[str], chosen: dict[str, tuple[int, ...]]) -> str | None:
 @dataclass(frozen=True)
 class FinishCPU(Step):
     """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix (or, with
-    `serial_option`, none), auto-unroll."""
+    `serial_option`, none), auto-unroll. A reduction whose vector lanes gather an input (lanes `gather_bytes` or
+    more apart) gets at most `gather_lanes` lanes, and its nest at most `gather_unroll` unrolled steps: each gathered
+    lane is a load of its own, and with more of them LLVM spends seconds to minutes on the candidate."""
 
     unroll_steps: tuple[int, ...]
     vector_caps: tuple[int, ...]
     heads: tuple[tuple[str, int], ...]
     serial_option: bool = False
+    gather_lanes: int | None = None
+    gather_unroll: int | None = None
+    gather_bytes: int = 64
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         chosen: dict[str, tuple[int, ...]] = {}
@@ -136,8 +151,11 @@ class FinishCPU(Step):
             if head is None:
                 continue
             depth, cap, unroll = chosen[head]
+            gathering = [b for b in blocks if self.gather_lanes is not None and gathers(sch, b, self.gather_bytes)]
             for b in blocks:
-                vectorize_inner(sch, b, cap)
+                vectorize_inner(sch, b, min(cap, self.gather_lanes) if b in gathering else cap)
+            if gathering and self.gather_unroll is not None:
+                unroll = min(unroll, self.gather_unroll)
             prefix = spatial_prefix(sch, blocks)
             depth = min(depth, len(prefix))
             if depth:

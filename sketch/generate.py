@@ -55,7 +55,8 @@ def generate_sketches(
     for state in finished:
         heads = nest_heads(state.sch)
         finish = (FinishGPU(config.gpu_unroll_steps, config.gpu_threads, heads) if task.is_gpu
-                  else FinishCPU(config.cpu_unroll_steps, config.vector_caps, heads, config.cpu_serial_option))
+                  else FinishCPU(config.cpu_unroll_steps, config.vector_caps, heads, config.cpu_serial_option,
+                                 config.cpu_gather_lanes, config.cpu_gather_unroll, config.cpu_gather_bytes))
         final = state.then(finish, "finish")
         steps = final.steps
         if steps in seen:

@@ -191,6 +191,46 @@ def test_cpu_nest_may_stay_serial_and_still_match_the_unscheduled_program() -> N
     assert all(0 not in h.options for s in off.sketches for h in s.holes if h.kind == "parallel")
 
 
+def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
+    steps: set[int] = set()
+    lanes: set[int] = set()
+
+    def on_for(loop: tirx.For) -> None:
+        if "pragma_auto_unroll_max_step" in loop.annotations:
+            steps.add(int(loop.annotations["pragma_auto_unroll_max_step"]))
+        if loop.kind == tirx.ForKind.VECTORIZED:
+            lanes.add(int(loop.extent))
+
+    tvm_ffi.structural_walk(mod, [(tirx.For, on_for)], order="pre")
+    return steps, lanes
+
+
+def _matmul(transposed_b: bool) -> dt.Task:
+    A = te.placeholder((64, 32), name="A")
+    B = te.placeholder((48, 32) if transposed_b else (32, 48), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((64, 48), lambda i, j: te.sum(A[i, k] * (B[j, k] if transposed_b else B[k, j]), axis=k), name="C")
+    return dt.Task.from_te([A, B, C], "llvm", name="nt" if transposed_b else "nn")
+
+
+@pytest.mark.parametrize("transposed_b", [True, False])
+def test_reduction_gathering_vector_lanes_gets_16_lanes_and_64_unrolled_steps(transposed_b: bool) -> None:
+    task = _matmul(transposed_b)
+    space = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_pack_operands=False))
+    cand = space.sample(1, seed=3)[0]
+    pick = {h.key: h.options.index(512) for h in cand.sketch.holes if h.kind == "unroll"}
+    pick |= {h.key: h.options.index(32) for h in cand.sketch.holes if h.kind == "vectorize"}
+    tiles = {h.key: (1,) * (h.parts - 1) + (h.extent,) for h in cand.sketch.holes if h.is_tile}  # j all innermost
+    cand = dt.Candidate(task, cand.sketch, {**cand.decisions, **tiles, **pick})
+    # B[j, k] along j: lanes 128 bytes apart, a load each; B[k, j]: contiguous (48 = 2 x 24 lanes)
+    assert _unroll_steps_and_lanes(cand.to_mod()) == (({64}, {16}) if transposed_b else ({512}, {24}))
+    assert check_candidate(task, cand).ok
+    off = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_pack_operands=False, cpu_gather_lanes=None,
+                                                      cpu_gather_unroll=None))
+    same = off.sketches[space.sketches.index(cand.sketch)]
+    assert _unroll_steps_and_lanes(dt.Candidate(task, same, cand.decisions).to_mod()) == ({512}, {24})
+
+
 class InlineEverythingSpatial(SketchRule):
     """A user rule: inline any spatial non-output block, even one the default rules would keep."""
 
