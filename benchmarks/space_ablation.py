@@ -27,13 +27,15 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def parse_variant(text: str) -> tuple[str, SpaceConfig]:
-    """'NAME:field=v1,v2;field2=v' -> (NAME, SpaceConfig with those fields); tuples of ints or a bool/int."""
+    """'NAME:field=v1,v2;field2=v' -> (NAME, SpaceConfig with those fields); tuples of ints, a bool/int or none."""
     name, _, body = text.partition(":")
     overrides = {}
     for item in filter(None, body.split(";")):
         key, _, value = item.partition("=")
         default = getattr(SpaceConfig(), key)
-        if isinstance(default, tuple):
+        if value.lower() == "none":
+            overrides[key] = None
+        elif isinstance(default, tuple):
             overrides[key] = tuple(int(v) for v in value.split(","))
         elif isinstance(default, bool):
             overrides[key] = value.lower() in ("1", "true", "yes")
