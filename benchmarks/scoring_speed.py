@@ -1,11 +1,12 @@
-"""Where the static score's time goes: each stage of the full score and the pre-score, per suite operator,
-timed on the same random candidates in one process (one core).
+"""Where the static score's time goes: each stage of the full score and the pre-score, per suite operator, timed on
+the same random candidates in one process (one core).
 
 Stages of the full score: replay the sketch (TVM schedule primitives), lower the TIR and optimise the LLVM IR
 (`tvm.compile`), LLVM's back end to assembly, the assembly analysis (parse, loop mapping, counts), the list
 scheduler, the isl data movement and the TIR kernel model. The replay is also timed through TVM's type-checked
 Python primitives (what it cost before `sketch/unchecked.py`), and the build with the calling wrapper's argument
-checks (what it cost before `without_argument_checks`), so both gains are measured in the same run. Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
+checks (what it cost before `without_argument_checks`), so both gains are measured in the same run.
+Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
 `ScorerConfig.prescore_batch_size`) and of 16, interleaved over a few rounds.
 
     python benchmarks/scoring_speed.py --samples 16 --tag znver4

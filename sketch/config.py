@@ -17,11 +17,11 @@ class SpaceConfig:
     cpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512)
     gpu_unroll_steps: tuple[int, ...] = (0, 16, 64, 512, 1024)
     vector_caps: tuple[int, ...] = (8, 16, 32, 64)
-    # CPU: a reduction whose vector lanes read an input a cache line or more apart (batch_matmul's B[b, j, k] or a
-    # dense layer's W[j, k] vectorized along j) loads each lane alone. With 32-64 such lanes unrolled 64-512
-    # steps LLVM took 5 s to over 2 minutes to build a candidate (0.2 s at 16 lanes and 64 steps), and
-    # batch_matmul searches lost most of their time to 15 s timeouts. Such a reduction gets at most this many
-    # lanes and its nest at most this many unrolled steps (None: no limit)
+    # CPU: a block whose vector lanes read an input a cache line or more apart (batch_matmul's B[b, j, k] or a
+    # dense layer's W[j, k] vectorized along j, in the product or in the copy that packs it) loads each lane
+    # alone. With 32-64 such lanes unrolled 64-512 steps LLVM took 5 s to over 2 minutes to build a candidate
+    # (0.2 s at 16 lanes and 64 steps), and batch_matmul searches lost most of their time to 15 s timeouts.
+    # Such a block gets at most this many lanes and its nest at most this many unrolled steps (None: no limit)
     cpu_gather_lanes: int | None = 16
     cpu_gather_unroll: int | None = 64
     cpu_gather_bytes: int = 64

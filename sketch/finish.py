@@ -79,10 +79,10 @@ def vectorize_inner(sch: s_tir.Schedule, block: str, cap: int) -> None:
 
 
 def gathers(sch: s_tir.Schedule, block: str, line_bytes: int) -> bool:
-    """`block` reduces, and the lanes of its vectorizable loop fall `line_bytes` or more apart in one of its
-    inputs: each lane is a load of its own, inside the body that auto-unrolling copies."""
+    """The lanes of `block`'s vectorizable loop fall `line_bytes` or more apart in one of its inputs (buffers it
+    only reads): each lane is a load of its own, inside the body that auto-unrolling copies."""
     loop = _vectorizable_inner(sch, block)
-    if loop is None or "R" not in loop_iter_kinds(sch, block):
+    if loop is None:
         return False
     stride = loop_stride_bytes(sch, block, loop, inputs_only=True)
     return stride is not None and stride >= line_bytes
@@ -126,8 +126,8 @@ def _head_of(nest: list[str], chosen: dict[str, tuple[int, ...]]) -> str | None:
 @dataclass(frozen=True)
 class FinishCPU(Step):
     """Per loop nest: vectorize inner spatial loops, parallelize a fused outer prefix (or, with
-    `serial_option`, none), auto-unroll. A reduction whose vector lanes gather an input (lanes `gather_bytes` or
-    more apart) gets at most `gather_lanes` lanes, and its nest at most `gather_unroll` unrolled steps: each gathered
+    `serial_option`, none), auto-unroll. A block whose vector lanes gather an input (lanes `gather_bytes` or more
+    apart) gets at most `gather_lanes` lanes, and its nest at most `gather_unroll` unrolled steps: each gathered
     lane is a load of its own, and with more of them LLVM spends seconds to minutes on the candidate."""
 
     unroll_steps: tuple[int, ...]

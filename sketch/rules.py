@@ -166,8 +166,9 @@ class AddRFactor(SketchRule):
 
 
 def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PackOperand | None:
-    """The packing of the first function input read as [r, s] or [s, r], with s the innermost spatial iterator
-    and r a reduction iterator, by panel widths that divide s's extent; None if there is none."""
+    """The packing of the first function input read as [r, s] or [s, r] (after leading batch indices that are
+    other spatial iterators), with s the innermost spatial iterator and r a reduction iterator, by panel widths
+    that divide s's extent; None if there is none."""
     if not info.spatial or not info.reduce:
         return None
     s_name, s_extent = info.spatial[-1]
@@ -177,20 +178,23 @@ def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> Pack
     widths = tuple(w * lanes for w in ctx.config.pack_widths if s_extent % (w * lanes) == 0 and w * lanes < s_extent)
     if not widths:
         return None
+    batch_names = {n for n, _ in info.spatial} - {s_name}
     for i, acc in enumerate(info.reads):
-        if acc.buffer not in params or len(acc.index) != 2 or None in acc.index:
+        if acc.buffer not in params or len(acc.index) < 2 or None in acc.index:
             continue
-        a, b = acc.index
+        *batch, a, b = acc.index
+        if not set(batch) <= batch_names:
+            continue
         if a == s_name and b in reduce_names:
-            return PackOperand(info.name, i, True, widths)
+            return PackOperand(info.name, i, True, widths, len(batch))
         if b == s_name and a in reduce_names:
-            return PackOperand(info.name, i, False, widths)
+            return PackOperand(info.name, i, False, widths, len(batch))
     return None
 
 
 class AddOperandPacking(SketchRule):
-    """CPU: a matmul-like block also gets sketches whose 2-D input is first packed into panels (the packed
-    state visits the block again, for tiling)."""
+    """CPU: a matmul-like block also gets sketches whose 2-D input (or batch of them) is first packed into
+    panels (the packed state visits the block again, for tiling)."""
 
     name = "pack-operand"
 

@@ -220,21 +220,28 @@ class PackOperand(Step):
     consecutive floats per r step from one stream, instead of rows a whole row apart (a 1024-float row
     stride puts every row of a tile in one L1 set) or, for buf[s, r], a gather. P is a choice hole. The copy
     is a root nest (panels outermost, then r, then the panel's P elements) that the finishing step annotates.
+    A batch of such inputs (`batch_dims` leading indices that are output iterators, as batch_matmul's
+    B[b, j, k]) is packed matrix by matrix: packed[b, s // P, r, s % P].
     """
 
     block: str
     read_index: int
-    spatial_first: bool  # the buffer is indexed [s, r] (e.g. a dense weight), else [r, s]
+    spatial_first: bool  # the buffer is indexed [..., s, r] (e.g. a dense weight), else [..., r, s]
     options: tuple[int, ...]
+    batch_dims: int = 0
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         width = choose(sch, decider, f"{self.block}/pack{self.read_index}", "pack", self.options)
         cache = sch.cache_read(sch.get_sblock(self.block), self.read_index, "global")
-        if self.spatial_first:
-            sch.transform_layout(cache, ("write", 0), lambda s, r: (s // width, r, s % width))
-        else:
-            sch.transform_layout(cache, ("write", 0), lambda r, s: (s // width, r, s % width))
-        first, second = sch.get_loops(cache)
+        nb = self.batch_dims
+
+        def panels(*index):
+            a, b = index[nb:]
+            s, r = (a, b) if self.spatial_first else (b, a)
+            return (*index[:nb], s // width, r, s % width)
+
+        sch.transform_layout(cache, ("write", 0), tirx.IndexMap.from_func(panels, ndim=nb + 2, index_dtype="int32"))
+        first, second = sch.get_loops(cache)[nb:]
         s_loop, r_loop = (first, second) if self.spatial_first else (second, first)
         panel, lane = sch.split(s_loop, factors=[None, width])
         sch.reorder(panel, r_loop, lane)

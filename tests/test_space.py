@@ -329,12 +329,13 @@ def _packed_buffers(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-@pytest.mark.parametrize(("name", "operand", "k_extent"), [("gemm", "B", 64), ("dense_bias_gelu", "W", 64)])
+@pytest.mark.parametrize(("name", "operand", "k_extent"),
+                         [("gemm", "B", 64), ("dense_bias_gelu", "W", 64), ("batch_matmul", "B", 16)])
 def test_matmul_operand_is_packed_into_panels_in_extra_sketches(name: str, operand: str, k_extent: int,
                                                                 tmp_path) -> None:
-    """GEMM's B[k, j] and dense's W[j, k] get sketches that copy them to [j // P, k, j % P] first; the plain
-    sketches keep their names (packed ones come after), packed candidates compute the right thing and
-    round-trip through the records, and the rule can be switched off."""
+    """GEMM's B[k, j], dense's W[j, k] and batch_matmul's B[b, j, k] get sketches that copy them to
+    [(b,) j // P, k, j % P] first; the plain sketches keep their names (packed ones come after), packed candidates
+    compute the right thing and round-trip through the records, and the rule can be switched off."""
     task = _task(name)
     space = dt.SearchSpace(task)
     packed = [s for s in space.sketches if any(r.startswith("pack-operand") for r in s.rules)]
@@ -355,8 +356,10 @@ def test_matmul_operand_is_packed_into_panels_in_extra_sketches(name: str, opera
             cand = dt.Candidate(task, sketch, decisions)
             width = hole.options[choice]
             assert width % lanes == 0
-            n = task.mod["main"].params[-1].shape[-1]
-            assert _packed_buffers(cand.to_mod())[f"{operand}_global"] == (int(n) // width, k_extent, width)
+            out_shape = [int(d) for d in task.mod["main"].params[-1].shape]
+            batch = tuple(out_shape[:-2])
+            assert _packed_buffers(cand.to_mod())[f"{operand}_global"] == (*batch, out_shape[-1] // width, k_extent,
+                                                                           width)
             assert check_candidate(task, cand, reference=reference).ok
             cands.append(cand)
             store.add(cand, 1e-3)
@@ -364,6 +367,6 @@ def test_matmul_operand_is_packed_into_panels_in_extra_sketches(name: str, opera
         assert candidate_from_trace(task, space.sketches, rec.trace) == cand
 
 
-def test_operands_that_are_not_2d_matmul_inputs_are_not_packed() -> None:
-    for name in ("batch_matmul", "conv2d_nchw", "softmax"):
+def test_operands_that_are_not_matmul_inputs_are_not_packed() -> None:
+    for name in ("conv2d_nchw", "softmax"):
         assert not any(r.startswith("pack-operand") for s in dt.SearchSpace(_task(name)).sketches for r in s.rules)
