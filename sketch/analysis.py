@@ -237,29 +237,29 @@ def _step_in(expr: object, var: str) -> int | None:
     return None
 
 
-def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV, inputs_only: bool = False) -> int | None:
-    """Largest distance in bytes between the elements that consecutive iterations of `loop` touch in one of the
-    buffers block `name` reads or writes, or with `inputs_only` only reads (0: it touches the same elements; None:
-    not linear in the loop)."""
+def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV) -> int | None:
+    """Largest distance in bytes between the elements that consecutive iterations of `loop` read in one of block
+    `name`'s inputs (buffers it reads and does not write); 0: the same elements, None: not linear in the loop."""
     realize = _get_sblock_realize(raw_schedule(sch), sch.get_sblock(name))
     var = sch.get(loop).loop_var.name
-    per_iter: dict[str, int] = {}  # block iterator -> its step per iteration of the loop
+    moving: dict[str, int] = {}  # block iterator -> its step per iteration of the loop
     for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
         step = _step_in(value, var)
         if step is None:
             return None
-        per_iter[iv.var.name] = step
-    written = {w.source.same_as for w in realize.block.writes}
-    regions = [r for r in realize.block.reads if not any(f(r.source) for f in written)] if inputs_only \
-        else [*realize.block.reads, *realize.block.writes]
+        if step:
+            moving[iv.var.name] = step
+    written = [w.source for w in realize.block.writes]
     widest = 0
-    for region in regions:
+    for region in realize.block.reads:
+        if any(region.source.same_as(w) for w in written):
+            continue
         stride, inner = 0, 1
         for rng, dim in zip(reversed(region.region), reversed(region.source.shape), strict=True):
-            steps = [_step_in(rng.min, iv) for iv in per_iter if per_iter[iv]]
-            if any(s is None for s in steps):
+            coefs = [_step_in(rng.min, iv) for iv in moving]
+            if None in coefs:
                 return None
-            step = sum(s * per_iter[iv] for s, iv in zip(steps, [iv for iv in per_iter if per_iter[iv]], strict=True))
+            step = sum(c * s for c, s in zip(coefs, moving.values(), strict=True))
             if step:
                 stride = step * inner
                 break

@@ -84,7 +84,7 @@ def gathers(sch: s_tir.Schedule, block: str, line_bytes: int) -> bool:
     loop = _vectorizable_inner(sch, block)
     if loop is None:
         return False
-    stride = loop_stride_bytes(sch, block, loop, inputs_only=True)
+    stride = loop_stride_bytes(sch, block, loop)
     return stride is not None and stride >= line_bytes
 
 
@@ -151,9 +151,11 @@ class FinishCPU(Step):
             if head is None:
                 continue
             depth, cap, unroll = chosen[head]
-            gathering = [b for b in blocks if self.gather_lanes is not None and gathers(sch, b, self.gather_bytes)]
+            limited = self.gather_lanes is not None or self.gather_unroll is not None
+            gathering = [b for b in blocks if limited and gathers(sch, b, self.gather_bytes)]
             for b in blocks:
-                vectorize_inner(sch, b, min(cap, self.gather_lanes) if b in gathering else cap)
+                lanes = cap if b not in gathering or self.gather_lanes is None else min(cap, self.gather_lanes)
+                vectorize_inner(sch, b, lanes)
             if gathering and self.gather_unroll is not None:
                 unroll = min(unroll, self.gather_unroll)
             prefix = spatial_prefix(sch, blocks)
