@@ -20,7 +20,7 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from . import workloads
-    from .errors import DrytuneError
+    from .errors import TVM_ERRORS, DrytuneError
     from .space import SearchSpace
     from .task import Task
     from .verify import check_candidate, random_inputs, run_module
@@ -45,7 +45,7 @@ def _cmd_space(args: argparse.Namespace) -> int:
                 check_candidate(task, cand, reference=reference)
             else:
                 tvm.compile(cand.to_mod(), target=task.target)
-        except (DrytuneError, tvm.TVMError) as err:
+        except (DrytuneError, *TVM_ERRORS) as err:
             failures[str(err).strip().splitlines()[-1][:120]] += 1
     ok = args.samples - sum(failures.values())
     what = "built and matched the unscheduled program" if reference is not None else "built"

@@ -15,3 +15,9 @@ class InvalidCandidateError(DrytuneError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+# What TVM raises through its FFI: its error kinds map to Python built-ins (a kind with no Python class of its own,
+# such as TVMError, becomes RuntimeError; ScheduleError and InternalError subclass RuntimeError). TVM 0.27 has no
+# `tvm.TVMError`.
+TVM_ERRORS: tuple[type[Exception], ...] = (RuntimeError, ValueError, TypeError, KeyError, IndexError)

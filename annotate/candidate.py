@@ -10,7 +10,7 @@ from typing import Any
 import tvm
 from tvm import s_tir
 
-from ..errors import InvalidCandidateError
+from ..errors import TVM_ERRORS, InvalidCandidateError
 from ..sketch.sketch import Decision, ReplayDecider, Sketch
 from ..task import Task
 
@@ -47,7 +47,7 @@ class Candidate:
             self.sketch.apply(sch, ReplayDecider(self.decisions, self.sketch.holes))
         except (KeyError, ValueError) as err:
             raise InvalidCandidateError(f"bad decisions: {err}") from err
-        except tvm.TVMError as err:
+        except TVM_ERRORS as err:
             raise InvalidCandidateError(f"schedule rejected: {_first_line(err)}") from err
         return sch
 

@@ -25,6 +25,7 @@ import time
 
 import drytune as dt
 from drytune import workloads
+from drytune.errors import TVM_ERRORS
 from drytune.measure import MeasureWorker, measure_modules
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -99,7 +100,6 @@ def _ms_worker(op: str, work_dir: str, seed: int) -> None:
 
 def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[object | None, int, float]:
     """Run MetaSchedule's tune_tir for `seconds` of wall clock (then stop it); best schedule and trials."""
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     work_dir = tempfile.mkdtemp(prefix="ms-")
@@ -119,7 +119,7 @@ def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[obje
         records = db.get_all_tuning_records()
         sch = db.query_schedule(task.mod, task.target, workload_name="main") if records else None
         mod = sch.mod if sch is not None else None
-    except tvm.TVMError:
+    except TVM_ERRORS:
         mod, records = None, []
     shutil.rmtree(work_dir, ignore_errors=True)
     return mod, len(records), wall

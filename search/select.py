@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import tvm
 
 from ..annotate.candidate import Candidate
-from ..errors import DrytuneError
+from ..errors import TVM_ERRORS, DrytuneError
 from ..measure import measure
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
@@ -82,7 +82,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, attempts
             else:
                 tvm.compile(cand.to_mod(), target=task.target)
                 how = "built (the target does not run here)"
-        except (DrytuneError, tvm.TVMError) as err:
+        except (DrytuneError, *TVM_ERRORS) as err:
             log.warning("best candidate %s failed the check (%s); trying the next", cand, err)
             continue
         t = measured.get(cand.key)

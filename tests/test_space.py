@@ -370,3 +370,17 @@ def test_matmul_operand_is_packed_into_panels_in_extra_sketches(name: str, opera
 def test_operands_that_are_not_matmul_inputs_are_not_packed() -> None:
     for name in ("conv2d_nchw", "softmax"):
         assert not any(r.startswith("pack-operand") for s in dt.SearchSpace(_task(name)).sketches for r in s.rules)
+
+
+def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
+    # a GEMM sketch replayed on a softmax program: TVM's schedule (no block "C") refuses the first step, and that
+    # refusal (a RuntimeError subclass in TVM 0.27, which has no tvm.TVMError) must come back as our own error
+    gemm = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "llvm", name="gemm")
+    softmax = dt.Task.from_prim_func(workloads.small("softmax").prim_func(), "llvm", name="softmax")
+    cand = dt.SearchSpace(gemm).sample(1, seed=0)[0]
+    alien = dt.Candidate(softmax, cand.sketch, cand.decisions)
+    with pytest.raises(dt.InvalidCandidateError, match="schedule rejected"):
+        alien.to_mod()
+    model = dt.StaticCostModel("llvm")
+    assert np.isinf(model.predict(softmax, [alien])[0])
+    assert model.failures == {"replay": 1}
