@@ -29,8 +29,7 @@ from drytune.costmodel.looptree import LoopTree  # noqa: E402
 from drytune.measure import MeasureWorker, measure_modules  # noqa: E402
 
 # Candidates of session 24's 120 s GEMM search (its 1st and 14th of 585 predictions: ranks 0 and 13 counted from
-# 0, as the labels say) and a packed one from the
-# Zen 5 fidelity data's searched rows.
+# 0, as the labels say) and a packed one from the Zen 5 fidelity data's searched rows.
 SCHEDULES = {
     "pick (8x32 tile)": ("gemm/0", {"C/S0": [8, 1, 16, 8], "C/S1": [16, 1, 2, 32], "C/R2": [128, 8],
                                     "C/parallel": 0, "C/vectorize": 1, "C/unroll": 3}),
