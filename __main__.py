@@ -29,10 +29,11 @@ def _cmd_space(args: argparse.Namespace) -> int:
     task = Task.from_prim_func(wl.prim_func(), args.target, name=args.op)
     t0 = time.perf_counter()
     space = SearchSpace(task)
-    print(f"{task}: {len(space.sketches)} sketches in {time.perf_counter() - t0:.2f}s, "
-          f"space ~{space.size():.3g} candidates")
-    for sketch in space.sketches:
-        print(sketch.describe())
+    print(f"{task}: {len(space.derived)} sketches in {time.perf_counter() - t0:.2f}s, {len(space.sketches)} "
+          f"searched, space ~{space.size():.3g} candidates")
+    for sketch in space.derived:
+        print(sketch.describe() + ("" if sketch in space.sketches else
+                                   "\n  (not searched: leaves an input with critical-stride rows unpacked)"))
     if not args.samples:
         return 0
     import tvm

@@ -9,7 +9,7 @@ import numpy as np
 from .annotate.candidate import Candidate
 from .annotate.sample import sample_decisions
 from .sketch.config import SpaceConfig
-from .sketch.generate import generate_sketches
+from .sketch.generate import generate_sketches, searched_sketches
 from .sketch.rules import SketchRule
 from .task import Task
 
@@ -20,7 +20,9 @@ class SearchSpace:
     def __init__(self, task: Task, rules: Sequence[SketchRule] | None = None, config: SpaceConfig | None = None):
         self.task = task
         self.config = config or SpaceConfig()
-        self.sketches = generate_sketches(task, rules, self.config)
+        # every derived sketch names candidates (records, measured datasets); the search draws from `sketches`
+        self.derived = generate_sketches(task, rules, self.config)
+        self.sketches = searched_sketches(task, self.derived, self.config)
         if not self.sketches:
             raise ValueError(f"no sketch could be derived for task {task.name!r}")
 
@@ -38,7 +40,7 @@ class SearchSpace:
         return out
 
     def sketch(self, name: str):
-        for s in self.sketches:
+        for s in self.derived:
             if s.name == name:
                 return s
-        raise KeyError(f"no sketch {name!r}; sketches: {[s.name for s in self.sketches]}")
+        raise KeyError(f"no sketch {name!r}; sketches: {[s.name for s in self.derived]}")

@@ -27,7 +27,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def parse_variant(text: str) -> tuple[str, SpaceConfig]:
-    """'NAME:field=v1,v2;field2=v' -> (NAME, SpaceConfig with those fields); tuples of ints, a bool/int or none."""
+    """'NAME:field=v1,v2;field2=v' -> (NAME, SpaceConfig with those fields); tuples of ints (empty: 'field='),
+    a bool/int or none."""
     name, _, body = text.partition(":")
     overrides = {}
     for item in filter(None, body.split(";")):
@@ -36,7 +37,7 @@ def parse_variant(text: str) -> tuple[str, SpaceConfig]:
         if value.lower() == "none":
             overrides[key] = None
         elif isinstance(default, tuple):
-            overrides[key] = tuple(int(v) for v in value.split(","))
+            overrides[key] = tuple(int(v) for v in value.split(",") if v)
         elif isinstance(default, bool):
             overrides[key] = value.lower() in ("1", "true", "yes")
         else:

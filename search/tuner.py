@@ -93,7 +93,7 @@ class TaskTuner:
             return 0
         found = unknown = 0
         for rec in self.store.records(self.task):
-            cand = candidate_from_trace(self.task, self.space.sketches, rec.trace)
+            cand = candidate_from_trace(self.task, self.space.derived, rec.trace)
             if cand is None:
                 unknown += 1
                 continue

@@ -54,3 +54,12 @@ class SpaceConfig:
     # three random tilings 22.1 -> 13.4 ms packed with P = 16)
     cpu_pack_operands: bool = True
     pack_widths: tuple[int, ...] = (1, 2, 4)  # panel widths in vectors
+    # CPU: the packed sketches also get variants that pack the other input (A of a GEMM) into panels of this many
+    # rows, as BLAS packs A: unpacked, the register tile's rows of A are a whole row apart, and 1024-float rows
+    # all fall in one L1 set (GEMM 1024^3 on Zen 5: the search's pick ran 7.50 ms, 5.14 ms with A's rows padded
+    # by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants
+    pack_row_widths: tuple[int, ...] = (4, 8, 16)
+    # CPU: when an input's rows lie a multiple of the L1 way size apart (4 KiB: 1024 floats) and some sketch packs
+    # it, the sketches that leave it unpacked are dropped, since the static model cannot price the set conflicts
+    # that make them slow (README, "Why the GEMM pick runs at half the peak")
+    cpu_pack_critical_rows: bool = True

@@ -165,19 +165,10 @@ class AddRFactor(SketchRule):
         return [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
 
 
-def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PackOperand | None:
+def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...]) -> PackOperand | None:
     """The packing of the first function input read as [r, s] or [s, r] (after leading batch indices that are
-    other spatial iterators), with s the innermost spatial iterator and r a reduction iterator, by panel widths
-    that divide s's extent; None if there is none."""
-    if not info.spatial or not info.reduce:
-        return None
-    s_name, s_extent = info.spatial[-1]
+    other spatial iterators), with r a reduction iterator, by the panel `widths`; None if none is read so."""
     reduce_names = {n for n, _ in info.reduce}
-    params = {p.name for p in state.sch.mod["main"].params}
-    lanes = ctx.spec.vector_lanes(32)
-    widths = tuple(w * lanes for w in ctx.config.pack_widths if s_extent % (w * lanes) == 0 and w * lanes < s_extent)
-    if not widths:
-        return None
     batch_names = {n for n, _ in info.spatial} - {s_name}
     for i, acc in enumerate(info.reads):
         if acc.buffer not in params or len(acc.index) < 2 or None in acc.index:
@@ -192,15 +183,44 @@ def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> Pack
     return None
 
 
+def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> list[PackOperand]:
+    """The block's packable inputs, in the order they are packed: first the one indexed by the innermost
+    spatial iterator s (B of a GEMM: panels of whole vectors along s), then the one indexed by the spatial
+    iterator before it (A of a GEMM: panels of a few rows, as BLAS packs A), each by widths that divide its
+    extent."""
+    if not info.spatial or not info.reduce:
+        return []
+    params = {p.name for p in state.sch.mod["main"].params}
+    lanes = ctx.spec.vector_lanes(32)
+    found = []
+    s_name, s_extent = info.spatial[-1]
+    widths = tuple(w * lanes for w in ctx.config.pack_widths if s_extent % (w * lanes) == 0 and w * lanes < s_extent)
+    if widths and (pack := _pack_of(info, params, s_name, widths)) is not None:
+        found.append(pack)
+    if len(info.spatial) >= 2:
+        row_name, row_extent = info.spatial[-2]
+        widths = tuple(w for w in ctx.config.pack_row_widths if row_extent % w == 0 and w < row_extent)
+        pack = _pack_of(info, params, row_name, widths) if widths else None
+        if pack is not None and all(pack.read_index != f.read_index for f in found):
+            found.append(pack)
+    return found
+
+
+def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PackOperand | None:
+    """The next packing the block can take: the first of `packable_reads` that no step of the state did yet."""
+    done = {s.read_index for s in state.steps if isinstance(s, PackOperand) and s.block == info.name}
+    return next((p for p in packable_reads(state, info, ctx) if p.read_index not in done), None)
+
+
 class AddOperandPacking(SketchRule):
     """CPU: a matmul-like block also gets sketches whose 2-D input (or batch of them) is first packed into
-    panels (the packed state visits the block again, for tiling)."""
+    panels, and then sketches with its second input packed as well (each packed state visits the block
+    again, for tiling)."""
 
     name = "pack-operand"
 
     def condition(self, state, info, ctx):
         ok = (not ctx.gpu and ctx.config.cpu_pack_operands and info.has_data_reuse()
-              and not any(isinstance(s, PackOperand) and s.block == info.name for s in state.steps)
               and packable_read(state, info, ctx) is not None)
         return Verdict.APPLY if ok else Verdict.PASS
 

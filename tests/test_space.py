@@ -384,3 +384,52 @@ def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
     model = dt.StaticCostModel("llvm")
     assert np.isinf(model.predict(softmax, [alien])[0])
     assert model.failures == {"replay": 1}
+
+
+def test_gemm_gets_sketches_that_pack_both_inputs_after_the_b_only_ones() -> None:
+    """A GEMM's B-packed sketches get variants that also pack A[i, k] into panels A_global[i // P, k, i % P] of a
+    few rows (as BLAS packs A); they come after every earlier sketch, whose names and steps do not change, and
+    their candidates compute the right thing for every panel height."""
+    task = _task("gemm")
+    space = dt.SearchSpace(task)
+    assert space.sketches == space.derived  # 256-byte rows: nothing is critical-stride, all sketches searched
+    both = [s for s in space.sketches if sum(r.startswith("pack-operand") for r in s.rules) == 2]
+    assert both and space.sketches[-len(both):] == both
+    before = dt.SearchSpace(task, config=dt.SpaceConfig(pack_row_widths=()))
+    assert [s.steps for s in before.sketches] == [s.steps for s in space.sketches[:-len(both)]]
+    assert [s.name for s in before.sketches] == [s.name for s in space.sketches[:-len(both)]]
+    reference = run_module(task.mod, task, random_inputs(task))
+    rng = np.random.default_rng(3)
+    for sketch in both:
+        assert [s.read_index for s in sketch.steps if type(s).__name__ == "PackOperand"] == [1, 0]
+        hole = sketch.hole("C/pack0")
+        assert hole.options == (4, 8, 16)
+        for choice, rows in enumerate(hole.options):
+            cand = dt.Candidate(task, sketch, sample_decisions(sketch, rng) | {hole.key: choice})
+            assert _packed_buffers(cand.to_mod())["A_global"] == (64 // rows, 64, rows)
+            assert check_candidate(task, cand, reference=reference).ok
+
+
+def _gemm_task(m: int, n: int, k: int) -> dt.Task:
+    A = te.placeholder((m, k), "float32", name="A")
+    B = te.placeholder((k, n), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return dt.Task.from_prim_func(te.create_prim_func([A, B, C]), "x86-avx512", name="gemm")
+
+
+def test_inputs_whose_rows_share_an_l1_set_are_only_searched_packed() -> None:
+    """On a 48 KiB 12-way L1 (4 KiB per way), A's 1024-float rows all map to one set: the search draws only from
+    the sketches that pack A (all sketches stay derived, with their names, for records and datasets); with
+    1008-float rows, or with the knob off, every sketch is searched."""
+    critical = dt.SearchSpace(_gemm_task(16, 64, 1024))
+    assert 0 < len(critical.sketches) < len(critical.derived)
+    for sketch in critical.derived:
+        packs_a = any(type(s).__name__ == "PackOperand" and s.read_index == 0 for s in sketch.steps)
+        assert packs_a == (sketch in critical.sketches)
+        assert critical.sketch(sketch.name) is sketch
+    assert all(c.sketch in critical.sketches for c in critical.sample(20, seed=0))
+    spread = dt.SearchSpace(_gemm_task(16, 64, 1008))
+    assert spread.sketches == spread.derived
+    off = dt.SearchSpace(_gemm_task(16, 64, 1024), config=dt.SpaceConfig(cpu_pack_critical_rows=False))
+    assert off.sketches == off.derived
