@@ -54,12 +54,12 @@ class SpaceConfig:
     # three random tilings 22.1 -> 13.4 ms packed with P = 16)
     cpu_pack_operands: bool = True
     pack_widths: tuple[int, ...] = (1, 2, 4)  # panel widths in vectors
-    # CPU: the packed sketches also get variants that pack the other input (A of a GEMM) into panels of this many
-    # rows, as BLAS packs A: unpacked, the register tile's rows of A are a whole row apart, and 1024-float rows
-    # all fall in one L1 set (GEMM 1024^3 on Zen 5: the search's pick ran 7.50 ms, 5.14 ms with A's rows padded
-    # by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants
+    # CPU: when the other input of a packed matmul (A of a GEMM, whose rows the register tile broadcasts) has rows a
+    # multiple of the L1 way size apart, all in one L1 set, the packed sketches get variants that pack it too, in
+    # panels of this many rows, as BLAS packs A (GEMM 1024^3 on Zen 5: the search's pick ran 7.50 ms, 5.14 ms with
+    # A's rows padded by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants. Not offered for
+    # other shapes: the extra sketches only thinned 60-s searches of gemm_bert, dense and batch_matmul (README)
     pack_row_widths: tuple[int, ...] = (4, 8, 16)
-    # CPU: when an input's rows lie a multiple of the L1 way size apart (4 KiB: 1024 floats) and some sketch packs
-    # it, the sketches that leave it unpacked are dropped, since the static model cannot price the set conflicts
-    # that make them slow (README, "Why the GEMM pick runs at half the peak")
+    # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
+    # that make the others slow (README, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True

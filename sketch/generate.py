@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tvm import DataType, s_tir
+from tvm import s_tir
 
 from ..task import Task
 from .analysis import block_names, output_buffers
 from .config import SpaceConfig
 from .finish import FinishCPU, FinishGPU, nest_heads
-from .rules import RuleContext, SketchRule, SketchState, Verdict, default_rules, packable_reads
+from .rules import RuleContext, SketchRule, SketchState, Verdict, default_rules
 from .sketch import Sketch
 from .steps import PackOperand
 
@@ -25,8 +25,9 @@ def generate_sketches(
     config = config or SpaceConfig()
     rules = list(rules) if rules is not None else default_rules()
     ctx = RuleContext(spec=task.spec, config=config)
-    root = initial_state(task)
-    pending = [root]
+    sch = s_tir.Schedule(task.mod)
+    worklist = tuple(reversed(block_names(sch)))
+    pending = [SketchState(sch=sch, worklist=worklist, outputs=frozenset(output_buffers(sch)))]
     finished: list[SketchState] = []
     while pending and len(finished) < config.max_sketches:
         state = pending.pop(0)
@@ -71,43 +72,20 @@ def generate_sketches(
     return sketches
 
 
-def initial_state(task: Task) -> SketchState:
-    """The derivation's starting state: the unscheduled program, no block visited."""
-    sch = s_tir.Schedule(task.mod)
-    return SketchState(sch=sch, worklist=tuple(reversed(block_names(sch))), outputs=frozenset(output_buffers(sch)))
-
-
-def critical_packings(root: SketchState, ctx: RuleContext) -> frozenset[tuple[str, int]]:
-    """(block, read index) of the packable inputs whose rows lie a multiple of the L1 way size apart: every row
-    then maps to the same L1 set, so a tile that reads a few rows at once evicts itself."""
-    way = ctx.spec.l1_bytes // ctx.spec.l1_ways if ctx.spec.l1_ways else 0
-    if not way:
-        return frozenset()
-    found = set()
-    for name in block_names(root.sch):
-        reads = root.sch.get(root.sch.get_sblock(name)).reads
-        for pack in packable_reads(root, root.info(name), ctx):
-            buffer = reads[pack.read_index].source
-            row_bytes = int(buffer.shape[-1]) * DataType(str(buffer.dtype)).bits // 8
-            if row_bytes % way == 0:
-                found.add((name, pack.read_index))
-    return frozenset(found)
-
-
 def searched_sketches(task: Task, sketches: list[Sketch], config: SpaceConfig | None = None) -> list[Sketch]:
-    """The sketches a search draws from: on CPU, when some sketch packs every critical-stride input
-    (`critical_packings`), only those that do; all otherwise. Names are those of the full derivation."""
+    """The sketches a search draws from: on CPU, when some sketches pack an input's rows (which they do only
+    for rows that share an L1 set), only those; all otherwise. Names are those of the full derivation."""
     config = config or SpaceConfig()
     if task.is_gpu or not config.cpu_pack_critical_rows:
         return sketches
-    critical = critical_packings(initial_state(task), RuleContext(spec=task.spec, config=config))
 
-    def packed(sketch: Sketch) -> set[tuple[str, int]]:
-        return {(s.block, s.read_index) for s in sketch.steps if isinstance(s, PackOperand)}
+    def row_packs(sketch: Sketch) -> set[tuple[str, int]]:
+        return {(s.block, s.read_index) for s in sketch.steps if isinstance(s, PackOperand) and s.rows}
 
-    kept = [s for s in sketches if critical <= packed(s)]
-    if not critical or not kept:
+    required = set().union(*map(row_packs, sketches))
+    kept = [s for s in sketches if required <= row_packs(s)]
+    if not required or not kept:
         return sketches
-    log.debug("task %s: %d sketches leave critical-stride rows unpacked, not searched", task.name,
+    log.debug("task %s: %d sketches leave rows that share an L1 set unpacked, not searched", task.name,
               len(sketches) - len(kept))
     return kept

@@ -10,7 +10,7 @@ import abc
 import enum
 from dataclasses import dataclass, field
 
-from tvm import s_tir
+from tvm import DataType, s_tir, tirx
 
 from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
@@ -165,7 +165,8 @@ class AddRFactor(SketchRule):
         return [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
 
 
-def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...]) -> PackOperand | None:
+def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...], rows: bool = False
+             ) -> PackOperand | None:
     """The packing of the first function input read as [r, s] or [s, r] (after leading batch indices that are
     other spatial iterators), with r a reduction iterator, by the panel `widths`; None if none is read so."""
     reduce_names = {n for n, _ in info.reduce}
@@ -177,17 +178,24 @@ def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, 
         if not set(batch) <= batch_names:
             continue
         if a == s_name and b in reduce_names:
-            return PackOperand(info.name, i, True, widths, len(batch))
+            return PackOperand(info.name, i, True, widths, len(batch), rows)
         if b == s_name and a in reduce_names:
-            return PackOperand(info.name, i, False, widths, len(batch))
+            return PackOperand(info.name, i, False, widths, len(batch), rows)
     return None
+
+
+def rows_share_l1_set(buffer: tirx.Buffer, spec: HardwareSpec) -> bool:
+    """A 2-D (or batched) buffer whose rows lie a multiple of the L1 way size apart: all its rows map to one L1
+    set, so a tile that reads a few rows at once evicts itself (GEMM 1024^3: A's 4 KiB rows on 4 KiB ways)."""
+    way = spec.l1_bytes // spec.l1_ways if spec.l1_ways else 0
+    return bool(way) and int(buffer.shape[-1]) * DataType(str(buffer.dtype)).bits // 8 % way == 0
 
 
 def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> list[PackOperand]:
     """The block's packable inputs, in the order they are packed: first the one indexed by the innermost
     spatial iterator s (B of a GEMM: panels of whole vectors along s), then the one indexed by the spatial
-    iterator before it (A of a GEMM: panels of a few rows, as BLAS packs A), each by widths that divide its
-    extent."""
+    iterator before it if its rows share an L1 set (A of a GEMM, whose rows the register tile broadcasts:
+    panels of a few rows, as BLAS packs A), each by widths that divide its extent."""
     if not info.spatial or not info.reduce:
         return []
     params = {p.name for p in state.sch.mod["main"].params}
@@ -200,9 +208,11 @@ def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> lis
     if len(info.spatial) >= 2:
         row_name, row_extent = info.spatial[-2]
         widths = tuple(w for w in ctx.config.pack_row_widths if row_extent % w == 0 and w < row_extent)
-        pack = _pack_of(info, params, row_name, widths) if widths else None
+        pack = _pack_of(info, params, row_name, widths, rows=True) if widths else None
         if pack is not None and all(pack.read_index != f.read_index for f in found):
-            found.append(pack)
+            buffer = state.sch.get(state.sch.get_sblock(info.name)).reads[pack.read_index].source
+            if rows_share_l1_set(buffer, ctx.spec):
+                found.append(pack)
     return found
 
 
@@ -214,8 +224,8 @@ def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> Pack
 
 class AddOperandPacking(SketchRule):
     """CPU: a matmul-like block also gets sketches whose 2-D input (or batch of them) is first packed into
-    panels, and then sketches with its second input packed as well (each packed state visits the block
-    again, for tiling)."""
+    panels, and then, if its other input's rows share an L1 set, sketches with that one packed as well (each
+    packed state visits the block again, for tiling)."""
 
     name = "pack-operand"
 

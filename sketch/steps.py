@@ -229,6 +229,7 @@ class PackOperand(Step):
     spatial_first: bool  # the buffer is indexed [..., s, r] (e.g. a dense weight), else [..., r, s]
     options: tuple[int, ...]
     batch_dims: int = 0
+    rows: bool = False  # panels of a few rows of an input the tile broadcasts (A of a GEMM), not of vectors
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         width = choose(sch, decider, f"{self.block}/pack{self.read_index}", "pack", self.options)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 
 import numpy as np
@@ -20,7 +21,7 @@ from drytune.annotate.sample import sample_decisions
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.sketch.rules import SketchRule, Skip, Verdict
 from drytune.sketch.sketch import ReplayDecider
-from drytune.sketch.steps import Inline
+from drytune.sketch.steps import Inline, PackOperand
 from drytune.sketch.unchecked import UncheckedSchedule
 from drytune.verify import check_candidate, random_inputs, run_module
 
@@ -386,50 +387,52 @@ def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
     assert model.failures == {"replay": 1}
 
 
-def test_gemm_gets_sketches_that_pack_both_inputs_after_the_b_only_ones() -> None:
-    """A GEMM's B-packed sketches get variants that also pack A[i, k] into panels A_global[i // P, k, i % P] of a
-    few rows (as BLAS packs A); they come after every earlier sketch, whose names and steps do not change, and
-    their candidates compute the right thing for every panel height."""
-    task = _task("gemm")
-    space = dt.SearchSpace(task)
-    assert space.sketches == space.derived  # 256-byte rows: nothing is critical-stride, all sketches searched
-    both = [s for s in space.sketches if sum(r.startswith("pack-operand") for r in s.rules) == 2]
-    assert both and space.sketches[-len(both):] == both
-    before = dt.SearchSpace(task, config=dt.SpaceConfig(pack_row_widths=()))
-    assert [s.steps for s in before.sketches] == [s.steps for s in space.sketches[:-len(both)]]
-    assert [s.name for s in before.sketches] == [s.name for s in space.sketches[:-len(both)]]
-    reference = run_module(task.mod, task, random_inputs(task))
-    rng = np.random.default_rng(3)
-    for sketch in both:
-        assert [s.read_index for s in sketch.steps if type(s).__name__ == "PackOperand"] == [1, 0]
-        hole = sketch.hole("C/pack0")
-        assert hole.options == (4, 8, 16)
-        for choice, rows in enumerate(hole.options):
-            cand = dt.Candidate(task, sketch, sample_decisions(sketch, rng) | {hole.key: choice})
-            assert _packed_buffers(cand.to_mod())["A_global"] == (64 // rows, 64, rows)
-            assert check_candidate(task, cand, reference=reference).ok
-
-
-def _gemm_task(m: int, n: int, k: int) -> dt.Task:
+def _gemm_task(m: int, n: int, k: int, ways: int = 12) -> dt.Task:
+    """C[m, n] = A[m, k] @ B[k, n] on the host, as if its L1 were 48 KiB with `ways` ways."""
     A = te.placeholder((m, k), "float32", name="A")
     B = te.placeholder((k, n), "float32", name="B")
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return dt.Task.from_prim_func(te.create_prim_func([A, B, C]), "x86-avx512", name="gemm")
+    spec = dataclasses.replace(dt.Task.from_prim_func(te.create_prim_func([A, B, C]), "llvm").spec,
+                               l1_bytes=48 * 1024, l1_ways=ways)
+    return dt.Task.from_prim_func(te.create_prim_func([A, B, C]), "llvm", name="gemm", spec=spec)
 
 
-def test_inputs_whose_rows_share_an_l1_set_are_only_searched_packed() -> None:
-    """On a 48 KiB 12-way L1 (4 KiB per way), A's 1024-float rows all map to one set: the search draws only from
-    the sketches that pack A (all sketches stay derived, with their names, for records and datasets); with
-    1008-float rows, or with the knob off, every sketch is searched."""
-    critical = dt.SearchSpace(_gemm_task(16, 64, 1024))
-    assert 0 < len(critical.sketches) < len(critical.derived)
-    for sketch in critical.derived:
-        packs_a = any(type(s).__name__ == "PackOperand" and s.read_index == 0 for s in sketch.steps)
-        assert packs_a == (sketch in critical.sketches)
-        assert critical.sketch(sketch.name) is sketch
-    assert all(c.sketch in critical.sketches for c in critical.sample(20, seed=0))
-    spread = dt.SearchSpace(_gemm_task(16, 64, 1008))
-    assert spread.sketches == spread.derived
-    off = dt.SearchSpace(_gemm_task(16, 64, 1024), config=dt.SpaceConfig(cpu_pack_critical_rows=False))
-    assert off.sketches == off.derived
+def _packs(sketch) -> list[tuple[int, bool]]:
+    return [(s.read_index, s.rows) for s in sketch.steps if isinstance(s, PackOperand)]
+
+
+def test_a_whose_rows_share_an_l1_set_is_packed_into_row_panels_and_only_those_sketches_are_searched() -> None:
+    """A[i, k] with 1024-float rows (4 KiB, one L1 way of a 48 KiB 12-way cache): the B-packed sketches get
+    variants that also pack A into panels A_global[i // P, k, i % P] of a few rows; they come after every earlier
+    sketch, whose names and steps do not change; the search draws only from them (all stay derived, for records
+    and datasets), and their candidates compute the right thing for every panel height."""
+    task = _gemm_task(16, 64, 1024)
+    space = dt.SearchSpace(task)
+    both = [s for s in space.derived if _packs(s) == [(1, False), (0, True)]]
+    assert both and space.derived[-len(both):] == both and space.sketches == both
+    before = dt.SearchSpace(task, config=dt.SpaceConfig(pack_row_widths=()))
+    assert [(s.name, s.steps) for s in before.sketches] == [(s.name, s.steps) for s in space.derived[:-len(both)]]
+    assert all(space.sketch(s.name) is s for s in space.derived)
+    assert all(c.sketch in both for c in space.sample(20, seed=0))
+    every = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_pack_critical_rows=False))
+    assert every.sketches == every.derived == space.derived
+    reference = run_module(task.mod, task, random_inputs(task))
+    rng = np.random.default_rng(3)
+    for sketch in both:
+        hole = sketch.hole("C/pack0")
+        assert hole.options == (4, 8)  # 16 rows: a panel of all of them would be no panel
+        for choice, rows in enumerate(hole.options):
+            cand = dt.Candidate(task, sketch, sample_decisions(sketch, rng) | {hole.key: choice})
+            assert _packed_buffers(cand.to_mod())["A_global"] == (16 // rows, 1024, rows)
+            assert check_candidate(task, cand, reference=reference).ok
+
+
+@pytest.mark.parametrize(("k", "ways"), [(1008, 12), (1024, 0), (768, 12)])
+def test_rows_that_spread_over_the_l1_sets_are_not_row_packed(k: int, ways: int) -> None:
+    """1008-float rows, a cache of unknown associativity, or 3 KiB rows on 4 KiB ways: no row packing, every
+    sketch searched (extra sketches only thin the search there)."""
+    space = dt.SearchSpace(_gemm_task(16, 64, k, ways))
+    assert space.sketches == space.derived
+    assert all(not rows for s in space.derived for _, rows in _packs(s))
+    assert any(_packs(s) for s in space.derived)
