@@ -409,6 +409,18 @@ def get(name: str) -> Workload:
     return _lookup(SUITE, name)
 
 
+def reshaped(name: str, **params: Any) -> Workload:
+    """Workload `name` with some of its shape arguments replaced (e.g. `reshaped("gemm", K=3072)`)."""
+    full = get(name)
+    unknown = set(params) - set(full.params)
+    if unknown:
+        raise KeyError(f"{name} has no shape arguments {sorted(unknown)}; it has {sorted(full.params)}")
+    kwargs = {**full.params, **params}
+    shape = ", ".join(f"{k}={v}" for k, v in params.items())
+    return Workload(name=name, build=functools.partial(_TABLE[name][0], **kwargs), kind=full.kind,
+                    description=f"{full.description} [{shape}]", params=kwargs)
+
+
 def small(name: str) -> Workload:
     """The small-shape variant (< ~2 MFLOP) of workload `name`, same stages and structure."""
     return _lookup(SMALL, name)

@@ -5,6 +5,8 @@ space (where the static model is known to err) give faster picks than searching 
 
     python benchmarks/space_ablation.py --ops gemm,dense_bias_gelu --budget 120 \\
         --variant "no512:cpu_unroll_steps=0,16,64"
+    python benchmarks/space_ablation.py --ops "dense_bias_gelu:M=128,N=768,K=3072" --budget 120 \\
+        --variant "norows:pack_row_widths="
 """
 
 from __future__ import annotations
@@ -45,9 +47,18 @@ def parse_variant(text: str) -> tuple[str, SpaceConfig]:
     return name, dataclasses.replace(SpaceConfig(), **overrides)
 
 
+def operator_task(text: str) -> dt.Task:
+    """'gemm' -> the suite operator; 'dense_bias_gelu:M=128,N=768,K=3072' -> the same operator at another shape."""
+    name, _, shape = text.partition(":")
+    params = {k: int(v) for k, v in (item.split("=") for item in filter(None, shape.split(",")))}
+    wl = workloads.reshaped(name, **params) if params else workloads.get(name)
+    return dt.Task.from_prim_func(wl.prim_func(), "llvm", name="_".join([name, *(f"{k}{v}" for k, v in params.items())]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", default="gemm,dense_bias_gelu")
+    ap.add_argument("--ops", default="gemm,dense_bias_gelu",
+                    help="suite operators, comma-separated; OP:K=V,... sets a shape (then operators are separated by ';')")
     ap.add_argument("--budget", type=float, default=120.0, help="seconds of tuning per operator and variant")
     ap.add_argument("--variant", action="append", required=True, help="NAME:field=values;... (repeatable)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -56,8 +67,8 @@ def main() -> int:
     variants = [("default", SpaceConfig()), *map(parse_variant, args.variant)]
     report = {"date": time.strftime("%Y-%m-%d"), "budget_s": args.budget,
               "variants": {n: dataclasses.asdict(c) for n, c in variants}, "rows": []}
-    for op in args.ops.split(","):
-        task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    for op in args.ops.split(";" if ":" in args.ops else ","):
+        task = operator_task(op)
         mods, info = {}, {}
         for name, config in variants:
             res = dt.tune(task, seconds=args.budget, progress=False, work_dir=tempfile.mkdtemp(prefix="dt-"),

@@ -136,6 +136,16 @@ def test_gemm_flops_are_2mnk():
     assert W.get("batch_matmul").flops() == 2 * 12 * 128 * 128 * 64
 
 
+def test_reshaped_replaces_some_shape_arguments_and_rejects_unknown_ones():
+    ffn_down = W.reshaped("dense_bias_gelu", N=768, K=3072)
+    assert ffn_down.params == {"M": 128, "N": 768, "K": 3072}
+    assert [tuple(int(d) for d in p.shape) for p in ffn_down.prim_func().params] == [
+        (128, 3072), (768, 3072), (768,), (128, 768)]
+    assert W.get("dense_bias_gelu").params["K"] == 768  # the suite is unchanged
+    with pytest.raises(KeyError, match="has no shape arguments .'Q'.; it has .'K', 'M', 'N'."):
+        W.reshaped("gemm", Q=1)
+
+
 def test_full_size_output_shapes():
     def out_shape(name):
         return tuple(int(s) for s in W.get(name).tensors()[-1].shape)
