@@ -52,13 +52,14 @@ def operator_task(text: str) -> dt.Task:
     name, _, shape = text.partition(":")
     params = {k: int(v) for k, v in (item.split("=") for item in filter(None, shape.split(",")))}
     wl = workloads.reshaped(name, **params) if params else workloads.get(name)
-    return dt.Task.from_prim_func(wl.prim_func(), "llvm", name="_".join([name, *(f"{k}{v}" for k, v in params.items())]))
+    label = "_".join([name, *(f"{k}{v}" for k, v in params.items())])
+    return dt.Task.from_prim_func(wl.prim_func(), "llvm", name=label)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,dense_bias_gelu",
-                    help="suite operators, comma-separated; OP:K=V,... sets a shape (then operators are separated by ';')")
+                    help="suite operators, comma-separated; OP:K=V,... sets a shape (operators then separated by ';')")
     ap.add_argument("--budget", type=float, default=120.0, help="seconds of tuning per operator and variant")
     ap.add_argument("--variant", action="append", required=True, help="NAME:field=values;... (repeatable)")
     ap.add_argument("--rounds", type=int, default=5)
