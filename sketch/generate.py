@@ -50,8 +50,9 @@ def generate_sketches(
         # depth first: finish one derivation before widening; variants (packed operands, ...) after all plain
         # derivations, and a variant of a variant after those, so that adding a variant rule does not rename
         # the sketches recorded before it
-        later = [d for d in derived if d.variant and (not state.variant or d.index == state.index)]
-        pending = [d for d in derived if not any(d is x for x in later)] + pending + later
+        later = [d.variant and (not state.variant or d.index == state.index) for d in derived]
+        pending = ([d for d, x in zip(derived, later, strict=True) if not x] + pending
+                   + [d for d, x in zip(derived, later, strict=True) if x])
     sketches: list[Sketch] = []
     seen: set[tuple] = set()
     for state in finished:

@@ -10,7 +10,7 @@ import abc
 import enum
 from dataclasses import dataclass, field
 
-from tvm import DataType, s_tir, tirx
+from tvm import s_tir, tirx
 
 from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
@@ -188,7 +188,7 @@ def rows_share_l1_set(buffer: tirx.Buffer, spec: HardwareSpec) -> bool:
     """A 2-D (or batched) buffer whose rows lie a multiple of the L1 way size apart: all its rows map to one L1
     set, so a tile that reads a few rows at once evicts itself (GEMM 1024^3: A's 4 KiB rows on 4 KiB ways)."""
     way = spec.l1_bytes // spec.l1_ways if spec.l1_ways else 0
-    return bool(way) and int(buffer.shape[-1]) * DataType(str(buffer.dtype)).bits // 8 % way == 0
+    return bool(way) and int(buffer.shape[-1]) * buffer.dtype.bits // 8 % way == 0
 
 
 def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> list[PackOperand]:
