@@ -119,7 +119,14 @@ class KernelEstimate:
 
 
 def _vector_ops(extent: int, lanes: int) -> int:
-    """Machine vector operations LLVM emits for a vector of `extent` lanes (full registers + power-of-2 tail)."""
+    """Registers, and arithmetic instructions, of a vector of `extent` lanes: LLVM widens a partial register
+    (14 float lanes on AVX-512 are one zmm; checked in the assembly for 7-56 lanes on znver3 and znver5)."""
+    return -(-extent // lanes)
+
+
+def _memory_pieces(extent: int, lanes: int) -> int:
+    """Loads or stores of a contiguous vector of `extent` lanes: full registers plus the tail in power-of-2
+    pieces, since the widened lanes must not touch memory (14 lanes: 8 + 4 + 2)."""
     full, rest = divmod(extent, lanes)
     return full + bin(rest).count("1")
 
@@ -175,6 +182,18 @@ def _lane_loads(acc: Access, vec: str, lanes: int, body: dict[str, int]) -> int:
             offsets = {x + coeffs[var] * i for x in offsets for i in range(extent)}
     outer = set().union(*(ix.loop_vars() for ix in indices[:-1])) if len(indices) > 1 else set()
     return len(offsets) * math.prod(e for v, e in body.items() if v in outer and v not in coeffs)
+
+
+def _interleave_has_gaps(acc: Access, stride: int, body: dict[str, int]) -> bool:
+    """Whether the copies of `acc` in the unrolled body leave some of the `stride` element offsets unread: LLVM's
+    loop vectorizer then gathers (vgather, seen in the assembly of strided convolutions) instead of loading the
+    whole interleaved group and shuffling it apart (strided pooling windows cover every offset)."""
+    coeffs = _memory_indices(acc)[-1].coeffs
+    residues = {0}
+    for var, extent in body.items():
+        if coeffs.get(var):
+            residues = {(r + coeffs[var] * i) % stride for r in residues for i in range(extent)}
+    return len(residues) < stride
 
 
 def _access_vars(acc: Access) -> set[str]:
@@ -263,7 +282,9 @@ def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: 
     vector_calls, lane_calls = cfg.call_costs(leaf.ops)
     fp += vector_calls
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
-    stmt_insts = (fp + len(leaf.accesses)) * (_vector_ops(vec_path.extent, spec.vector_lanes(32)) if vec_path else 1)
+    lanes = spec.vector_lanes(32)
+    stmt_insts = fp * _vector_ops(vec_path.extent, lanes) + len(leaf.accesses) * _memory_pieces(vec_path.extent, lanes) \
+        if vec_path else fp + len(leaf.accesses)
     return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget))
 
 
@@ -348,6 +369,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         vec = vec_loop.var if vec_loop is not None else None
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
+    pieces = _memory_pieces(e_v, lanes) if vec_loop is not None else 1
     unrolled = {lp.var: lp.extent for lp in body if lp is not vec_loop and lp.extent > 1
                 and (lp.kind != "vectorized" or lp is lanes_unrolled)}
     stmts = math.prod(unrolled.values())
@@ -379,11 +401,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     for a, kind, n, hoistable in operands:
         share = inner_iter.extent if hoistable and fits else 1
         if kind == "contig":
-            loads += n * vops
+            loads += n * pieces
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
             loads += _lane_loads(a, vec, e_v, unrolled) / share
             shuffles += n * e_v * cfg.lane_insert_cost / share
+        elif kind == "strided" and _interleave_has_gaps(a, _vector_stride(a, vec) or 1, unrolled):
+            gathers += n * e_v / share
         elif kind == "strided":
             # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
             stride = _vector_stride(a, vec) or 1
@@ -407,12 +431,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             pass
         elif is_update:
             acc_in_memory = True
-            loads += n_out
-            stores += n_out
+            moved = n_out // vops * pieces if kind == "contig" else n_out
+            loads += moved
+            stores += moved
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
         else:
-            stores += n_out
+            stores += n_out // vops * pieces if kind == "contig" else n_out
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)

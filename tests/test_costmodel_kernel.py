@@ -16,6 +16,7 @@ from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
     _paths,
+    _memory_pieces,
     _vector_ops,
     kernel_cycles,
     register_buffers,
@@ -61,11 +62,14 @@ def _details(sch: s_tir.Schedule, block: str = "C_update") -> tuple[float, dict]
     return cycles, det
 
 
-def test_vector_ops_count_full_registers_and_power_of_two_tails():
+def test_partial_vectors_take_whole_registers_but_move_memory_in_power_of_two_pieces():
     assert _vector_ops(16, 16) == 1
     assert _vector_ops(64, 16) == 4
-    assert _vector_ops(14, 16) == 3  # 8 + 4 + 2
-    assert _vector_ops(24, 16) == 2  # 16 + 8
+    assert _vector_ops(14, 16) == 1  # widened to one zmm
+    assert _vector_ops(28, 16) == 2
+    assert _memory_pieces(14, 16) == 3  # 8 + 4 + 2
+    assert _memory_pieces(24, 16) == 2  # 16 + 8
+    assert _memory_pieces(64, 16) == 4
 
 
 def test_scalar_reduction_is_latency_bound():
