@@ -37,6 +37,9 @@ class HardwareSpec:
     line_bytes: int = 64
     l1_ways: int = 0  # set associativity; 0: treated as fully associative (no set conflicts)
     l2_ways: int = 0
+    # LLVM's cost tables for this CPU price vector gathers low, so its loop vectorizer gathers a strided load whose
+    # copies leave elements unread where for other CPUs it loads the rows whole and shuffles (`_GATHERING_CPUS`)
+    llvm_gathers: bool = False
     # GPU
     sm_count: int = 0
     regs_per_sm: int = 65536
@@ -78,6 +81,9 @@ class HardwareSpec:
 # 512-bit operation on its 256-bit pipes for two cycles (AMD's Zen 4 software optimization guide, 57647).
 # Server Zen 5 (EPYC, LLVM `znver5`) has 512-bit pipes: 530 GFLOP/s measured on 2 cores here against Zen 4's 234.
 _DATAPATH_BITS = {"znver4": 256}
+# CPUs for which LLVM 20's vectorizer emits vgather for a gapped stride-2 load (tests/test_costmodel_kernel.py checks
+# znver5 against skylake-avx512; znver4 seen the same way, znver3 and sapphirerapids not)
+_GATHERING_CPUS = frozenset({"znver4", "znver5"})
 
 
 def _cpu_cores() -> int:
@@ -122,6 +128,7 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         cores=cores,
         name=f"host-{cpu}",
         datapath_bits=_DATAPATH_BITS.get(cpu, 0),
+        llvm_gathers=cpu in _GATHERING_CPUS,
         l1_bytes=_cache_value(1, base.l1_bytes),
         l2_bytes=_cache_value(2, base.l2_bytes),
         l3_bytes=_cache_value(3, base.l3_bytes),
@@ -193,7 +200,9 @@ def _spec_from_target(target: Target) -> HardwareSpec:
         return _host_spec()[1]
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
-    return dataclasses.replace(base, cores=cores, datapath_bits=_DATAPATH_BITS.get(str(attrs.get("mcpu", "")), 0))
+    mcpu = str(attrs.get("mcpu", ""))
+    return dataclasses.replace(base, cores=cores, datapath_bits=_DATAPATH_BITS.get(mcpu, 0),
+                               llvm_gathers=mcpu in _GATHERING_CPUS)
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:

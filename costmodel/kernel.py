@@ -72,6 +72,7 @@ class KernelConfig:
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
+    gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -106,7 +107,7 @@ class KernelConfig:
         kept for the operands of the FMAs. Pipes count full-width vectors even where they are double pumped
         (`HardwareSpec.pump`, Zen 4): halving them ranked no better on the Zen 4 data (README)."""
         vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
-        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2)
+        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2, gapped_strides_gather=spec.llvm_gathers)
 
 
 @dataclass
@@ -185,9 +186,9 @@ def _lane_loads(acc: Access, vec: str, lanes: int, body: dict[str, int]) -> int:
 
 
 def _interleave_has_gaps(acc: Access, stride: int, body: dict[str, int]) -> bool:
-    """Whether the copies of `acc` in the unrolled body leave some of the `stride` element offsets unread: LLVM's
-    loop vectorizer then gathers (vgather, seen in the assembly of strided convolutions) instead of loading the
-    whole interleaved group and shuffling it apart (strided pooling windows cover every offset)."""
+    """Whether the copies of `acc` in the unrolled body leave some of the `stride` element offsets unread: on CPUs
+    with cheap gathers LLVM's loop vectorizer then gathers (vgather, seen in the assembly of strided convolutions)
+    instead of loading the whole interleaved group and shuffling it apart (strided pooling windows read every offset)."""
     coeffs = _memory_indices(acc)[-1].coeffs
     residues = {0}
     for var, extent in body.items():
@@ -406,7 +407,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
             loads += _lane_loads(a, vec, e_v, unrolled) / share
             shuffles += n * e_v * cfg.lane_insert_cost / share
-        elif kind == "strided" and _interleave_has_gaps(a, _vector_stride(a, vec) or 1, unrolled):
+        elif kind == "strided" and cfg.gapped_strides_gather \
+                and _interleave_has_gaps(a, _vector_stride(a, vec) or 1, unrolled):
             gathers += n * e_v / share
         elif kind == "strided":
             # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector

@@ -15,8 +15,8 @@ from drytune.costmodel.asm import Instruction, analyze_asm, parse_asm
 from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
-    _paths,
     _memory_pieces,
+    _paths,
     _vector_ops,
     kernel_cycles,
     register_buffers,
@@ -70,6 +70,27 @@ def test_partial_vectors_take_whole_registers_but_move_memory_in_power_of_two_pi
     assert _memory_pieces(14, 16) == 3  # 8 + 4 + 2
     assert _memory_pieces(24, 16) == 2  # 16 + 8
     assert _memory_pieces(64, 16) == 4
+
+
+def _scaled_vector(lanes: int) -> s_tir.Schedule:
+    """Y = 2 X + 1 over one TVM vector of `lanes` lanes."""
+    X = te.placeholder((lanes,), "float32", name="X")
+    Y = te.compute((lanes,), lambda i: X[i] * 2.0 + 1.0, name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    sch.vectorize(sch.get_loops(sch.get_sblock("Y"))[0])
+    return sch
+
+
+@pytest.mark.parametrize("lanes, registers, pieces", [(14, 1, 3), (28, 2, 3), (48, 3, 3)])
+def test_a_partial_vector_is_computed_in_whole_registers_and_stored_in_pieces(lanes, registers, pieces):
+    """LLVM widens 14 float lanes to one zmm for the arithmetic; the store must not write past the 14th lane,
+    so it goes out as 8 + 4 + 2. The model counts the same."""
+    sch = _scaled_vector(lanes)
+    insts = _kernel_instructions(sch)
+    arithmetic = [i for i in insts if i.mnemonic.startswith(("vfmadd", "vmulps", "vaddps"))]
+    assert len(arithmetic) == registers
+    _, det = _details(sch, "Y")
+    assert det["vector_ops"] == registers and det["stores"] == pieces
 
 
 def test_scalar_reduction_is_latency_bound():
@@ -293,7 +314,7 @@ def test_double_pumped_vectors_halve_the_peak_but_not_the_kernel_pipes():
     assert zen4.vector_bits == skx.vector_bits == 512
     assert (zen4.datapath_bits, zen4.pump, skx.pump) == (256, 2, 1)
     assert zen4.peak_flops() == pytest.approx(skx.peak_flops() / 2)
-    assert KernelConfig.for_spec(zen4) == KernelConfig.for_spec(skx)
+    assert KernelConfig.for_spec(zen4) == dataclasses.replace(KernelConfig.for_spec(skx), gapped_strides_gather=True)
 
 
 def test_rfactor_partial_sums_over_a_fused_index_are_contiguous_vectors():
@@ -504,3 +525,41 @@ def test_a_body_beyond_the_large_body_limit_issues_at_the_narrow_width():
     assert big["issue"] == pytest.approx(uops(big) / CFG.large_body_width) and big["issue"] > big["fp"]
     assert small["issue"] == pytest.approx(uops(small) / CFG.issue_width)
     assert relaxed["issue"] == pytest.approx(uops(big) / CFG.issue_width) and relaxed["issue"] < relaxed["fp"]
+
+
+def _strided_conv(gapless: bool) -> s_tir.Schedule:
+    """Y[f, x] = sum over c, r of X[c, 2x + r] W[f, c, r] with x innermost (LLVM's loop vectorizer takes it) and the
+    f copies unrolled; with `gapless` the r copies are unrolled around x as well, so together they read every
+    element of X's rows, otherwise only the even ones."""
+    X = te.placeholder((16, 32), "float32", name="X")
+    W = te.placeholder((8, 16, 3), "float32", name="W")
+    c, r = te.reduce_axis((0, 16), name="c"), te.reduce_axis((0, 3), name="r")
+    Y = te.compute((8, 14), lambda f, x: te.sum(X[c, 2 * x + r] * W[f, c, r], axis=[c, r]), name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, W, Y])}))
+    f, x, c_loop, r_loop = sch.get_loops(sch.get_sblock("Y"))
+    if gapless:
+        sch.reorder(c_loop, f, r_loop, x)
+        sch.unroll(r_loop)
+    else:
+        sch.reorder(c_loop, r_loop, f, x)
+    sch.unroll(f)
+    sch.decompose_reduction(sch.get_sblock("Y"), c_loop)
+    return sch
+
+
+@pytest.mark.parametrize("gapless", [False, True])
+def test_zen_gathers_a_strided_load_whose_copies_leave_gaps(gapless):
+    """For Zen 4 and 5 LLVM's vectorizer gathers (vgather) a stride-2 load whose copies read only the even
+    elements, and interleaves (wide loads and shuffles) when they cover every element; for other x86 CPUs it
+    interleaves both. The model follows `HardwareSpec.llvm_gathers`."""
+    sch = _strided_conv(gapless)
+    for mcpu, gathers in (("znver5", not gapless), ("skylake-avx512", False)):
+        target, spec = dt.resolve_target({"kind": "llvm", "mcpu": mcpu})
+        asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+        assert ("\tvgather" in asm) == gathers, mcpu
+        assert spec.llvm_gathers == (mcpu == "znver5")
+        leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "Y_update")
+        det: dict = {}
+        statement_cycles(leaf, path, spec, KernelConfig.for_spec(spec), det)
+        assert (det["gathers"] > 0) == gathers, mcpu
+        assert (det["shuffle"] > 0) == (not gathers), mcpu
