@@ -188,7 +188,8 @@ def _lane_loads(acc: Access, vec: str, lanes: int, body: dict[str, int]) -> int:
 def _interleave_has_gaps(acc: Access, stride: int, body: dict[str, int]) -> bool:
     """Whether the copies of `acc` in the unrolled body leave some of the `stride` element offsets unread: on CPUs
     with cheap gathers LLVM's loop vectorizer then gathers (vgather, seen in the assembly of strided convolutions)
-    instead of loading the whole interleaved group and shuffling it apart (strided pooling windows read every offset)."""
+    instead of loading the whole interleaved group and shuffling it apart (strided pooling
+    windows read every offset)."""
     coeffs = _memory_indices(acc)[-1].coeffs
     residues = {0}
     for var, extent in body.items():
@@ -284,8 +285,10 @@ def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: 
     fp += vector_calls
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
     lanes = spec.vector_lanes(32)
-    stmt_insts = fp * _vector_ops(vec_path.extent, lanes) + len(leaf.accesses) * _memory_pieces(vec_path.extent, lanes) \
-        if vec_path else fp + len(leaf.accesses)
+    stmt_insts = fp + len(leaf.accesses)
+    if vec_path is not None:
+        e = vec_path.extent
+        stmt_insts = fp * _vector_ops(e, lanes) + len(leaf.accesses) * _memory_pieces(e, lanes)
     return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget))
 
 
