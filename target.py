@@ -81,8 +81,9 @@ class HardwareSpec:
 # 512-bit operation on its 256-bit pipes for two cycles (AMD's Zen 4 software optimization guide, 57647).
 # Server Zen 5 (EPYC, LLVM `znver5`) has 512-bit pipes: 530 GFLOP/s measured on 2 cores here against Zen 4's 234.
 _DATAPATH_BITS = {"znver4": 256}
-# CPUs for which LLVM 20's vectorizer emits vgather for a gapped stride-2 load (tests/test_costmodel_kernel.py checks
-# znver5 against skylake-avx512; znver4 seen the same way, znver3 and sapphirerapids not)
+# CPUs for which LLVM's vectorizer (22, in apache-tvm 0.27) emits vgather for a gapped stride-2 load
+# (tests/test_costmodel_kernel.py checks znver5 against skylake-avx512; znver4 seen the same way, znver3 and
+# sapphirerapids not)
 _GATHERING_CPUS = frozenset({"znver4", "znver5"})
 
 
