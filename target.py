@@ -87,6 +87,11 @@ _DATAPATH_BITS = {"znver4": 256}
 _GATHERING_CPUS = frozenset({"znver4", "znver5"})
 
 
+def _cpu_traits(cpu: str) -> dict[str, Any]:
+    """The `HardwareSpec` fields that follow from the LLVM CPU name alone."""
+    return {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS}
+
+
 def _cpu_cores() -> int:
     return usable_cores()
 
@@ -128,8 +133,7 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         base,
         cores=cores,
         name=f"host-{cpu}",
-        datapath_bits=_DATAPATH_BITS.get(cpu, 0),
-        llvm_gathers=cpu in _GATHERING_CPUS,
+        **_cpu_traits(cpu),
         l1_bytes=_cache_value(1, base.l1_bytes),
         l2_bytes=_cache_value(2, base.l2_bytes),
         l3_bytes=_cache_value(3, base.l3_bytes),
@@ -201,9 +205,7 @@ def _spec_from_target(target: Target) -> HardwareSpec:
         return _host_spec()[1]
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
-    mcpu = str(attrs.get("mcpu", ""))
-    return dataclasses.replace(base, cores=cores, datapath_bits=_DATAPATH_BITS.get(mcpu, 0),
-                               llvm_gathers=mcpu in _GATHERING_CPUS)
+    return dataclasses.replace(base, cores=cores, **_cpu_traits(str(attrs.get("mcpu", ""))))
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:

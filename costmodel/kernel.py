@@ -410,14 +410,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
             loads += _lane_loads(a, vec, e_v, unrolled) / share
             shuffles += n * e_v * cfg.lane_insert_cost / share
-        elif kind == "strided" and cfg.gapped_strides_gather \
-                and _interleave_has_gaps(a, _vector_stride(a, vec) or 1, unrolled):
-            gathers += n * e_v / share
         elif kind == "strided":
-            # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
             stride = _vector_stride(a, vec) or 1
-            loads += n * vops * stride / share
-            shuffles += n * vops * stride / share
+            if cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled):
+                gathers += n * e_v / share
+            else:  # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
+                loads += n * vops * stride / share
+                shuffles += n * vops * stride / share
         elif kind == "gather":
             gathers += n * e_v / share
         else:
@@ -429,6 +428,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     if out is not None:
         kind = _access_kind(out, vec)
         n_out = _distinct(out, unrolled) * (e_v if kind == "gather" else 1 if kind == "scalar" else vops)
+        moved = n_out // vops * pieces if kind == "contig" else n_out  # loads or stores of all outputs
         if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
@@ -436,13 +436,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             pass
         elif is_update:
             acc_in_memory = True
-            moved = n_out // vops * pieces if kind == "contig" else n_out
             loads += moved
             stores += moved
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
         else:
-            stores += n_out // vops * pieces if kind == "contig" else n_out
+            stores += moved
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)
