@@ -73,6 +73,9 @@ class KernelConfig:
     slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
+    # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
+    # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
+    gather_vectorize: bool = False
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -107,7 +110,8 @@ class KernelConfig:
         kept for the operands of the FMAs. Pipes count full-width vectors even where they are double pumped
         (`HardwareSpec.pump`, Zen 4): halving them ranked no better on the Zen 4 data (README)."""
         vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
-        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2, gapped_strides_gather=spec.llvm_gathers)
+        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2, gapped_strides_gather=spec.llvm_gathers,
+                   gather_vectorize=spec.arch == "x86" and spec.vector_bits >= 512)
 
 
 @dataclass
@@ -356,6 +360,16 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 and (_access_kind(out, cand.var) == "contig" or (in_regs and cand.var in out_vars)) \
                 and no_gathers(cand.var):
             vec_loop, vec = cand, cand.var
+        elif cfg.gather_vectorize and leaf.ops.get("fma") and outer and not in_regs and outer[-1].kind == "serial" \
+                and outer[-1].var in out_vars and outer[-1].extent >= cfg.auto_vectorize_min \
+                and not (by_llvm and (leaf.predicated or any(a.conditional for a in reads))):
+            # on a CPU where LLVM gathers, the loop around a multiply-add body that leaves no contiguous loop (the
+            # channel loop of a depthwise convolution) is vectorized with a gather or scatter per operand. Copies,
+            # selects and max are not (pad and pooling candidates' assembly): the multiply-adds pay for the gathers
+            # in LLVM's cost model
+            cand, iterating = outer[-1], True
+            vec_loop, vec = cand, cand.var
+        if vec_loop is not None and vec_loop is cand:
             if iterating:
                 outer = outer[:-1]
                 body = body + [cand]
