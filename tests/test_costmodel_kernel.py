@@ -583,7 +583,7 @@ def _depthwise_channel_loop() -> s_tir.Schedule:
 
 def test_avx512_vectorizes_a_channel_loop_with_gathers_and_scatters():
     """With AVX-512 LLVM's loop vectorizer takes the channel loop around an unrolled depthwise body, gathering the
-    inputs and scattering the outputs (a depthwise candidate's 14-lane SLP estimate measured 3x too fast); with
+    inputs and scattering the outputs (a depthwise candidate's 7-lane SLP estimate measured 3x too fast); with
     AVX2 it has no scatter and leaves the loop alone. The model vectorizes the channel loop only with AVX-512."""
     sch = _depthwise_channel_loop()
     for mcpu, avx512 in (("znver5", True), ("skylake-avx512", True), ("znver3", False)):
