@@ -11,7 +11,7 @@ import tvm
 from tvm import s_tir
 
 from ..errors import TVM_ERRORS, InvalidCandidateError
-from ..sketch.sketch import Decision, ReplayDecider, Sketch
+from ..sketch.sketch import Decision, DecisionError, ReplayDecider, Sketch
 from ..task import Task
 
 
@@ -45,7 +45,7 @@ class Candidate:
         sch = s_tir.Schedule(self.task.mod)
         try:
             self.sketch.apply(sch, ReplayDecider(self.decisions, self.sketch.holes))
-        except (KeyError, ValueError) as err:
+        except DecisionError as err:
             raise InvalidCandidateError(f"bad decisions: {err}") from err
         except TVM_ERRORS as err:
             raise InvalidCandidateError(f"schedule rejected: {_first_line(err)}") from err
@@ -60,6 +60,11 @@ class Candidate:
 
     def with_decisions(self, **changes: Decision) -> Candidate:
         return Candidate(self.task, self.sketch, {**self.decisions, **changes})
+
+    @classmethod
+    def from_json(cls, task: Task, sketch: Sketch, decisions: dict[str, Any]) -> Candidate:
+        """A candidate from decisions read back from JSON, where tile sizes come back as lists."""
+        return cls(task, sketch, dict(_freeze(decisions)))
 
 
 def _first_line(err: BaseException) -> str:

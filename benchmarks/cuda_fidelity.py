@@ -58,8 +58,7 @@ def rebuilt_candidate(task, space, c: dict):
     """The candidate a bundle entry describes: its sketch and decisions (JSON lists back to tuples)."""
     from drytune.annotate.candidate import Candidate
 
-    return Candidate(task, space.sketch(c["sketch"]),
-                     {k: tuple(v) if isinstance(v, list) else v for k, v in c["decisions"].items()})
+    return Candidate.from_json(task, space.sketch(c["sketch"]), c["decisions"])
 
 
 def feature_rows(feats) -> list[dict]:

@@ -34,9 +34,7 @@ class MeasuredRow:
     source: str = "random"  # "random": a uniform sample of the space; "search": a search's best predictions
 
     def candidate(self, space: SearchSpace) -> Candidate:
-        sketch = space.sketch(self.sketch)
-        decisions = {k: tuple(v) if isinstance(v, list) else v for k, v in self.decisions.items()}
-        return Candidate(space.task, sketch, decisions)
+        return Candidate.from_json(space.task, space.sketch(self.sketch), self.decisions)
 
     @property
     def ok(self) -> bool:

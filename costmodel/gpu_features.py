@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import math
 import operator
-import re
 from dataclasses import dataclass, field
 
 import tvm
@@ -20,6 +19,7 @@ from tvm.target import Target
 
 from drytune.costmodel import ptx as ptx_mod
 from drytune.costmodel.cuda_build import CudaBuild, CudaBuildConfig, LaunchConfig, build_cuda, lower_device
+from drytune.costmodel.looptree import dtype_bytes
 from drytune.target import HardwareSpec, resolve_target
 
 log = logging.getLogger(__name__)
@@ -178,14 +178,6 @@ class BankConflicts:
         return self.max_degree <= 1
 
 
-_DTYPE = re.compile(r"^[a-z]+?(\d+)(?:x(\d+))?$")
-
-
-def _dtype_bytes(dtype: str) -> int:
-    m = _DTYPE.match(str(dtype))
-    if not m:
-        return 4
-    return max(1, int(m.group(1)) // 8)
 
 
 def _warp_wavefronts(addresses: list[list[int]], elem_bytes: int, banks: int) -> tuple[int, int, int]:
@@ -243,7 +235,7 @@ def bank_conflicts(func: tirx.PrimFunc, spec: HardwareSpec) -> BankConflicts:
         if not str(buffer.scope()).startswith("shared"):
             return
         shape = [int(s) if isinstance(s, tirx.IntImm) else 0 for s in buffer.shape]
-        elem = _dtype_bytes(buffer.dtype)
+        elem = dtype_bytes(buffer.dtype)
         try:
             addresses = []
             for env in envs:

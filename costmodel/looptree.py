@@ -370,7 +370,8 @@ def _annotation_value(v: object) -> object:
     return str(v)
 
 
-def _dtype_bytes(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of `dtype` (a vector dtype counts all its lanes)."""
     dt = tvm.runtime.DataType(str(dtype))
     return max(1, dt.bits * dt.lanes // 8)
 
@@ -514,7 +515,7 @@ class _Builder:
             raise LoopTreeError(f"buffer {buf.name} has a symbolic shape {list(buf.shape)}") from err
         return Access(
             buffer=str(buf.name),
-            dtype_bytes=_dtype_bytes(buf.dtype),
+            dtype_bytes=dtype_bytes(buf.dtype),
             shape=shape,
             scope=str(buf.scope()) or "global",
             indices=tuple(self.index(i) for i in indices),

@@ -145,6 +145,10 @@ class ProbeDecider(Decider):
         self.limits.append(limit)
 
 
+class DecisionError(ValueError):
+    """A replayed decision is missing or outside its hole's domain (not TVM's refusal of the schedule)."""
+
+
 class ReplayDecider(Decider):
     """Answers from a fixed decision dict; a missing or out-of-domain decision is an error."""
 
@@ -155,21 +159,21 @@ class ReplayDecider(Decider):
     def decide(self, hole: Hole) -> Decision:
         known = self.expected.get(hole.key)
         if known is not None and known != hole:
-            raise ValueError(f"hole {hole.key!r} has domain {hole} on replay but {known} in the sketch")
+            raise DecisionError(f"hole {hole.key!r} has domain {hole} on replay but {known} in the sketch")
         try:
             value = self.decisions[hole.key]
         except KeyError:
-            raise KeyError(f"no decision for hole {hole.key!r}") from None
+            raise DecisionError(f"no decision for hole {hole.key!r}") from None
         if hole.is_tile:
             value = tuple(int(v) for v in value)
             prod = 1
             for v in value:
                 prod *= v
             if len(value) != hole.parts or prod != hole.extent:
-                raise ValueError(f"tile decision {value} does not split {hole.extent} into {hole.parts} parts")
+                raise DecisionError(f"tile decision {value} does not split {hole.extent} into {hole.parts} parts")
             return value
         if not 0 <= int(value) < len(hole.options):
-            raise ValueError(f"choice {value} out of range for hole {hole.key!r} ({len(hole.options)} options)")
+            raise DecisionError(f"choice {value} out of range for hole {hole.key!r} ({len(hole.options)} options)")
         return int(value)
 
 

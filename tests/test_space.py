@@ -387,6 +387,19 @@ def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
     assert model.failures == {"replay": 1}
 
 
+def test_a_decision_outside_its_domain_is_told_apart_from_tvms_refusal():
+    # our own replay errors say "bad decisions"; TVM's (which include ValueError and KeyError) say "schedule rejected"
+    gemm = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "llvm", name="gemm")
+    cand = dt.SearchSpace(gemm).sample(1, seed=0)[0]
+    tile = next(k for k, v in cand.decisions.items() if isinstance(v, tuple))
+    broken = dt.Candidate(gemm, cand.sketch, {**cand.decisions, tile: (7,) * len(cand.decisions[tile])})
+    with pytest.raises(dt.InvalidCandidateError, match="bad decisions: tile decision"):
+        broken.to_mod()
+    missing = dt.Candidate(gemm, cand.sketch, {k: v for k, v in cand.decisions.items() if k != tile})
+    with pytest.raises(dt.InvalidCandidateError, match="bad decisions: no decision for hole"):
+        missing.to_mod()
+
+
 def _gemm_task(m: int, n: int, k: int, ways: int = 12) -> dt.Task:
     """C[m, n] = A[m, k] @ B[k, n] on the host, as if its L1 were 48 KiB with `ways` ways."""
     A = te.placeholder((m, k), "float32", name="A")
