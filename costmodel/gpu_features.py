@@ -178,8 +178,6 @@ class BankConflicts:
         return self.max_degree <= 1
 
 
-
-
 def _warp_wavefronts(addresses: list[list[int]], elem_bytes: int, banks: int) -> tuple[int, int, int]:
     """(max degree, wavefronts, ideal wavefronts) of a warp whose threads touch these byte addresses."""
     per_thread = max(len(a) for a in addresses) * elem_bytes

@@ -351,24 +351,24 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # (theirs stay branches, which stops it); remainders run as narrower vectors here
         innermost = next((lp.var for lp in reversed(path) if lp.extent > 1), None)
         branchy_body = bool(by_llvm) and (leaf.predicated or any(a.conditional for a in reads))
+        around = outer[-1] if outer and not branchy_body else None  # the iterating loop LLVM may vectorize
         if by_llvm and by_llvm[0].var == innermost:
             cand, iterating = by_llvm[0], False
-        elif outer and not branchy_body:
-            cand, iterating = outer[-1], True
+        elif around is not None:
+            cand, iterating = around, True
         else:
             cand = None
         if cand is not None and cand.kind == "serial" and cand.extent >= cfg.auto_vectorize_min \
                 and (_access_kind(out, cand.var) == "contig" or (in_regs and cand.var in out_vars)) \
                 and no_gathers(cand.var):
             vec_loop, vec = cand, cand.var
-        elif cfg.gather_vectorize and leaf.ops.get("fma") and outer and not branchy_body and not in_regs \
-                and outer[-1].kind == "serial" and outer[-1].var in out_vars \
-                and outer[-1].extent >= cfg.auto_vectorize_min:
+        elif cfg.gather_vectorize and leaf.ops.get("fma") and around is not None and not in_regs \
+                and around.kind == "serial" and around.var in out_vars and around.extent >= cfg.auto_vectorize_min:
             # with AVX-512 the loop around a multiply-add body that leaves no contiguous loop (the channel loop of
             # a depthwise convolution) is vectorized with a gather or scatter per operand. Copies, selects and max
             # are not (pad and pooling candidates' assembly): the multiply-adds pay for the gathers in LLVM's cost
             # model
-            cand, iterating = outer[-1], True
+            cand, iterating = around, True
             vec_loop, vec = cand, cand.var
         if vec_loop is not None and vec_loop is cand:
             if iterating:
