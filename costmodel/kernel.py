@@ -76,6 +76,11 @@ class KernelConfig:
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
+    # A TVM vector of a lane count that is not a whole number of registers is widened: each load assembles its
+    # pieces with an insert and each store takes them apart with an extract, and these shuffles issue on the
+    # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
+    # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
+    widen_shuffles_on_fp: bool = True
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -402,6 +407,10 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     int_ops = sites * ints * cfg.int_cost
     inner_iter = outer[-1] if outer else None
     loads = stores = gathers = shuffles = 0.0
+    # inserts or extracts per widened vector access (a TVM vector of e_v lanes moved in more pieces than registers)
+    widen = pieces - vops if cfg.widen_shuffles_on_fp and vec_loop is not None and vec_loop.kind == "vectorized" \
+        else 0
+    widened = 0.0  # such shuffles in one body
     outputs = _distinct(out, unrolled) * vops if out is not None else 0  # output vectors of one body
     # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it (an
     # unconditional load of a noalias buffer), and its cost is shared by that loop's iterations, when the hoisted
@@ -421,6 +430,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         share = inner_iter.extent if hoistable and fits else 1
         if kind == "contig":
             loads += n * pieces
+            widened += n * widen
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
             loads += _lane_loads(a, vec, e_v, unrolled) / share
@@ -453,10 +463,14 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             acc_in_memory = True
             loads += moved
             stores += moved
+            if kind == "contig":
+                widened += 2 * (n_out // vops) * widen
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
         else:
             stores += moved
+            if kind == "contig":
+                widened += (n_out // vops) * widen
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)
@@ -464,13 +478,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         stores += spilled
         loads += spilled * vops
     int_ops += index_ops(leaf.accesses, inner_iter.var if inner_iter is not None else None, unrolled, cfg)
-    uops = fp_ops + int_ops + loads + stores + gathers + shuffles + 1
+    uops = fp_ops + int_ops + loads + stores + gathers + shuffles + widened + 1
     if is_update and not chain and stmts * vops > n_out:
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     per_body = {
-        "fp": fp_ops / cfg.fp_pipes,
+        "fp": (fp_ops + widened) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
@@ -484,8 +498,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     executions = leaf.trips / max(1, stmts * e_v)
     if details is not None:
         details.update(per_body, lanes=e_v, vector_ops=vops, statements=stmts, loads=loads, stores=stores,
-                       gathers=gathers, int_ops=int_ops, fp_ops=fp_ops, chain=chain, executions=executions,
-                       body_cycles=body_cycles, inner_extent=inner_iter.extent if inner_iter is not None else 1,
+                       gathers=gathers, widened=widened, int_ops=int_ops, fp_ops=fp_ops, chain=chain,
+                       executions=executions, body_cycles=body_cycles,
+                       inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
                        accumulators=n_out if out is not None else 0, libm_calls=calls)
     return executions * body_cycles, bound

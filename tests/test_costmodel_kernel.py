@@ -595,3 +595,38 @@ def test_avx512_vectorizes_a_channel_loop_with_gathers_and_scatters():
         statement_cycles(leaf, path, spec, KernelConfig.for_spec(spec), det)
         assert (det["lanes"] == 32) == avx512, mcpu  # the channel loop's 32 lanes
         assert (det["gathers"] > 0) == avx512, mcpu
+
+
+def _tile_through_memory(lanes: int) -> s_tir.Schedule:
+    """C += A B with a body of 8 rows x 4 reduction steps on one `lanes`-wide vector, iterated over row blocks
+    inside the outer reduction loop (as a 1x1 convolution's pick does): each accumulator is loaded, updated
+    and stored in every iteration."""
+    sch = _matmul(M=40, N=lanes * 4, K=32)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    i0, i1 = sch.split(i, [None, 8])
+    j0, j1 = sch.split(j, [None, lanes])
+    k0, k1 = sch.split(k, [None, 4])
+    sch.reorder(j0, k0, i0, k1, i1, j1)
+    sch.unroll(k1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k0)
+    return sch
+
+
+def test_a_widened_vector_pays_an_insert_per_load_and_an_extract_per_store_on_the_fp_pipes():
+    """LLVM assembles a 10-lane vector in a zmm from an 8- and a 2-lane load (vinsertf64x4) and takes it apart for
+    its stores (vextractf32x4); on Zen 5 these shuffles slow an accumulator update by 1.7x, as if they took FMA
+    slots (benchmarks/widened_vectors.py). A 16-lane vector has none."""
+    for lanes, widened in ((16, 0), (10, 4 + 2 * 8)):  # B's 4 vectors, then each accumulator's load and store
+        sch = _tile_through_memory(lanes)
+        _, det = _details(sch)
+        assert det["accumulators"] == 8 and det["stores"] > 0
+        assert det["widened"] == widened
+        assert det["fp"] == pytest.approx((det["fp_ops"] + widened) / CFG.fp_pipes)
+        insts = _kernel_instructions(sch)
+        shuffles = _count(insts, "vinsertf64x4", "vinsertf32x4", "vextractf32x4", "vextractf64x4")
+        assert (shuffles > 0) == (widened > 0)
+        if widened:
+            assert abs(shuffles - widened) <= 0.1 * widened, (shuffles, widened)
