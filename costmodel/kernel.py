@@ -81,6 +81,7 @@ class KernelConfig:
     # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
     # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
     widen_shuffles_on_fp: bool = True
+    widen_cost: float = 1.0  # FP-pipe slots per such insert or extract
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -484,7 +485,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     per_body = {
-        "fp": (fp_ops + widened) / cfg.fp_pipes,
+        "fp": (fp_ops + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
