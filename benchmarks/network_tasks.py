@@ -10,7 +10,6 @@ database in MODEL/ms_long_db); runs after its tune phases.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -19,13 +18,12 @@ import time
 import tvm
 from networks import RECORDS_FILE, load_fused, model_dir, target_dict
 from op_tuning import interleaved
+from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
 
 from drytune.extract import extract_tasks
 from drytune.records import RecordStore
 from drytune.scheduler.build import choose_records
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def ms_best(db: ms.database.JSONDatabase, task, target: tvm.target.Target) -> tvm.IRModule | None:
@@ -88,12 +86,7 @@ def main() -> int:
                      f"{r['metaschedule_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |")
     lines += ["", f"Sum of calls x kernel time: drytune {total['drytune']:.2f} ms, MetaSchedule "
               f"{total['metaschedule']:.2f} ms."]
-    out = os.path.join(RESULTS, f"network_tasks_{args.model}" + (f"_{args.tag}" if args.tag else ""))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(f"network_tasks_{args.model}", args.tag, report, lines)
     return 0
 
 

@@ -10,7 +10,6 @@ ns per update and the median per-round ratio to the whole register of the same w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -19,8 +18,9 @@ import sys
 import tempfile
 import time
 
+from report_files import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
 BASELINE = {"zmm": "zmm16_stride16", "ymm": "ymm8_stride8"}
 
 
@@ -61,12 +61,7 @@ def main() -> int:
              "is to the whole register of the same width (16 lanes for zmm, 8 for ymm), per round, then the median.",
              "", "| case | ns per update | ratio |", "|---|---|---|"]
     lines += [f"| {r['case']} | {r['ns_per_update']:.3f} | {r['ratio_to_whole_register']:.2f} |" for r in rows]
-    out = os.path.join(RESULTS, "widened_vectors" + (f"_{args.tag}" if args.tag else ""))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report("widened_vectors", args.tag, report, lines)
     return 0
 
 
