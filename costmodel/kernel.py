@@ -76,8 +76,8 @@ class KernelConfig:
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
-    # A TVM vector of a lane count that is not a whole number of registers is widened: each load assembles its
-    # pieces with an insert and each store takes them apart with an extract, and these shuffles issue on the
+    # A TVM vector moved in more memory pieces than it has registers is widened (10 lanes: one zmm, 8 + 2 pieces;
+    # 6: one ymm, 4 + 2): each load joins its pieces with an insert and each store splits them with an extract, on the
     # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
     # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
     widen_shuffles_on_fp: bool = True
