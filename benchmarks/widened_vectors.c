@@ -18,37 +18,24 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-#define BODY_512(LOAD, STORE)                                                                    \
+/* One accumulator update loop on W-bit registers of type T (W = 512 or 256). */
+#define BODY(W, T, LOAD, STORE)                                                                  \
     for (int it = 0; it < iters; it++) {                                                         \
         const float* a = act + (it & 63) * 4;                                                    \
-        __m512 w0 = _mm512_loadu_ps(wgt), w1 = _mm512_loadu_ps(wgt + 16);                        \
-        __m512 w2 = _mm512_loadu_ps(wgt + 32), w3 = _mm512_loadu_ps(wgt + 48);                   \
+        T w0 = _mm##W##_loadu_ps(wgt), w1 = _mm##W##_loadu_ps(wgt + 16);                         \
+        T w2 = _mm##W##_loadu_ps(wgt + 32), w3 = _mm##W##_loadu_ps(wgt + 48);                    \
         for (int i = 0; i < NACC; i++) {                                                         \
             float* p = acc + i * stride;                                                         \
-            __m512 c = LOAD;                                                                     \
-            c = _mm512_fmadd_ps(_mm512_set1_ps(a[i & 7]), w0, c);                                \
-            c = _mm512_fmadd_ps(_mm512_set1_ps(a[(i & 7) + 1]), w1, c);                          \
-            c = _mm512_fmadd_ps(_mm512_set1_ps(a[(i & 7) + 2]), w2, c);                          \
-            c = _mm512_fmadd_ps(_mm512_set1_ps(a[(i & 7) + 3]), w3, c);                          \
+            T c = LOAD;                                                                          \
+            c = _mm##W##_fmadd_ps(_mm##W##_set1_ps(a[i & 7]), w0, c);                            \
+            c = _mm##W##_fmadd_ps(_mm##W##_set1_ps(a[(i & 7) + 1]), w1, c);                      \
+            c = _mm##W##_fmadd_ps(_mm##W##_set1_ps(a[(i & 7) + 2]), w2, c);                      \
+            c = _mm##W##_fmadd_ps(_mm##W##_set1_ps(a[(i & 7) + 3]), w3, c);                      \
             STORE;                                                                               \
         }                                                                                        \
     }
-
-#define BODY_256(LOAD, STORE)                                                                    \
-    for (int it = 0; it < iters; it++) {                                                         \
-        const float* a = act + (it & 63) * 4;                                                    \
-        __m256 w0 = _mm256_loadu_ps(wgt), w1 = _mm256_loadu_ps(wgt + 16);                        \
-        __m256 w2 = _mm256_loadu_ps(wgt + 32), w3 = _mm256_loadu_ps(wgt + 48);                   \
-        for (int i = 0; i < NACC; i++) {                                                         \
-            float* p = acc + i * stride;                                                         \
-            __m256 c = LOAD;                                                                     \
-            c = _mm256_fmadd_ps(_mm256_set1_ps(a[i & 7]), w0, c);                                \
-            c = _mm256_fmadd_ps(_mm256_set1_ps(a[(i & 7) + 1]), w1, c);                          \
-            c = _mm256_fmadd_ps(_mm256_set1_ps(a[(i & 7) + 2]), w2, c);                          \
-            c = _mm256_fmadd_ps(_mm256_set1_ps(a[(i & 7) + 3]), w3, c);                          \
-            STORE;                                                                               \
-        }                                                                                        \
-    }
+#define BODY_512(LOAD, STORE) BODY(512, __m512, LOAD, STORE)
+#define BODY_256(LOAD, STORE) BODY(256, __m256, LOAD, STORE)
 
 __attribute__((noinline)) static void zmm16(int stride, int iters) {
     BODY_512(_mm512_loadu_ps(p), _mm512_storeu_ps(p, c))

@@ -80,8 +80,7 @@ class KernelConfig:
     # 6: one ymm, 4 + 2): each load joins its pieces with an insert and each store splits them with an extract, on the
     # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
     # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
-    widen_shuffles_on_fp: bool = True
-    widen_cost: float = 1.0  # FP-pipe slots per such insert or extract
+    widen_cost: float = 1.0  # FP-pipe slots per such insert or extract (0: not counted at all)
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -409,8 +408,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     inner_iter = outer[-1] if outer else None
     loads = stores = gathers = shuffles = 0.0
     # inserts or extracts per widened vector access (a TVM vector of e_v lanes moved in more pieces than registers)
-    widen = pieces - vops if cfg.widen_shuffles_on_fp and vec_loop is not None and vec_loop.kind == "vectorized" \
-        else 0
+    widen = pieces - vops if cfg.widen_cost and vec_loop is not None and vec_loop.kind == "vectorized" else 0
     widened = 0.0  # such shuffles in one body
     outputs = _distinct(out, unrolled) * vops if out is not None else 0  # output vectors of one body
     # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it (an
@@ -455,6 +453,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         kind = _access_kind(out, vec)
         n_out = _distinct(out, unrolled) * (e_v if kind == "gather" else 1 if kind == "scalar" else vops)
         moved = n_out // vops * pieces if kind == "contig" else n_out  # loads or stores of all outputs
+        out_widened = n_out // vops * widen if kind == "contig" else 0  # their inserts, or their extracts
         if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
@@ -464,14 +463,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             acc_in_memory = True
             loads += moved
             stores += moved
-            if kind == "contig":
-                widened += 2 * (n_out // vops) * widen
+            widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
         else:
             stores += moved
-            if kind == "contig":
-                widened += (n_out // vops) * widen
+            widened += out_widened
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)
