@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from ..annotate.transfer import transfer
 from ..records import RecordStore
 from ..search.scorer import Scorer
 from ..search.tuner import TaskTuner, fit_round
@@ -169,6 +170,24 @@ class NetworkTuner:
                 log.info("task %s: %d records of earlier runs read back", nt.name, t.resumed)
         return self.tuners[i]
 
+    def _seeds(self, i: int) -> list:
+        """The best candidates of up to `transfer_seeds` tuned tasks like task i (same kind and sketch structure,
+        nearest FLOPs first), carried over to task i's loop extents."""
+        if self.config.transfer_seeds <= 0:
+            return []
+        me = self.states[i]
+        others = [j for j, t in self.tuners.items() if j != i and self.states[j].kind == me.kind and t.best]
+        others.sort(key=lambda j: abs(math.log(max(self.states[j].flops, 1.0) / max(me.flops, 1.0))))
+        target = self.tuner(i)
+        seeds = []
+        for j in others:
+            cand = transfer(self.tuners[j].best[0], target.space.sketches, target.task)
+            if cand is not None:
+                seeds.append(cand)
+                if len(seeds) == self.config.transfer_seeds:
+                    break
+        return seeds
+
     def step(self) -> int | None:
         """One round of one task; returns the task's index, or None when nothing is left to do."""
         if not self.budget_left():
@@ -182,7 +201,7 @@ class NetworkTuner:
         n = self._round_size(i)
         t0 = time.perf_counter()
         tuner = self.tuner(i)
-        done = tuner.round(n) if n > 0 else 0
+        done = tuner.round(n, self._seeds(i)) if n > 0 else 0
         spent = time.perf_counter() - t0
         best = tuner.archive.best_seconds
         if done == 0:

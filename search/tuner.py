@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,22 +109,30 @@ class TaskTuner:
         top = self.archive.top(1)
         return top[0] if top else None
 
-    def round(self, n: int) -> int:
-        """Propose, score and record up to `n` new candidates; returns how many were scored (0: space exhausted)."""
+    def round(self, n: int, seeds: Sequence[Candidate] = ()) -> int:
+        """Propose, score and record up to `n` new candidates; returns how many were scored (0: space exhausted).
+
+        `seeds` (candidates of this task from elsewhere, e.g. carried over from a similar task) not seen before take
+        up to half of the round, scored without the pre-score's filter; the strategy proposes the rest."""
         if n <= 0:
             return 0
+        fresh: list[Candidate] = []
+        for c in seeds:
+            if len(fresh) < n // 2 and c.task is self.task and self.archive.mark(c):
+                fresh.append(c)
         oversample = self.config.prescore_oversample if self.scorer.prescore_is_cheap(self.task) else 1
         t0 = time.perf_counter()
-        proposals = self.strategy.propose(n * oversample)
+        proposals = self.strategy.propose((n - len(fresh)) * oversample)
         t1 = time.perf_counter()
         self.phase_seconds["propose"] += t1 - t0
-        if not proposals:
+        if not proposals and not fresh:
             return 0
         kept = proposals
-        if len(proposals) > n:
+        if len(proposals) > n - len(fresh):
             pre = self.scorer.score(self.task, proposals, "prescore").seconds
-            keep = set(np.argsort(pre, kind="stable")[:n].tolist())
+            keep = set(np.argsort(pre, kind="stable")[:n - len(fresh)].tolist())
             kept = [c for i, c in enumerate(proposals) if i in keep]
+        kept = fresh + kept
         t2 = time.perf_counter()
         self.phase_seconds["prescore"] += t2 - t1
         scores = self.scorer.score(self.task, kept, "predict")
