@@ -20,9 +20,8 @@ import sys
 import tempfile
 import time
 
-import tvm
-from network_tasks import ms_best
-from networks import load_fused, model_dir, target_dict
+from network_tasks import ms_best, open_work_dir
+from networks import load_fused, target_dict
 from op_tuning import interleaved
 from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
@@ -45,9 +44,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    target = tvm.target.Target(target_dict(args.threads))
-    mdir = model_dir(os.path.abspath(args.work_dir), args.model)
+    target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
     store = RecordStore(os.path.join(mdir, "drytune"))
     choices = choose_records(store, tasks)

@@ -34,6 +34,12 @@ def ms_best(db: ms.database.JSONDatabase, task, target: tvm.target.Target) -> tv
     return sch.mod if sch is not None else None
 
 
+def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.Target, str]:
+    """The runtime's thread count set, the benchmark's target, and the model's folder in a networks.py work dir."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    return tvm.target.Target(target_dict(threads)), model_dir(os.path.abspath(work_dir), model)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="mobilenet_v2")
@@ -42,9 +48,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    target = tvm.target.Target(target_dict(args.threads))
-    mdir = model_dir(os.path.abspath(args.work_dir), args.model)
+    target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     ms_dir = os.path.join(mdir, "ms_long_db")
     if not os.path.exists(os.path.join(ms_dir, RECORDS_FILE)):
         raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first")
