@@ -12,6 +12,7 @@ import numpy as np
 
 from ..sketch.factors import divisors
 from ..sketch.sketch import Decision, Hole, Sketch
+from ..task import Task
 from .candidate import Candidate
 from .sample import repair
 
@@ -44,7 +45,7 @@ def _sketch_index(sketch: Sketch) -> str:
     return sketch.name.rsplit("/", 1)[-1]
 
 
-def transfer(cand: Candidate, sketches: list[Sketch], target_task) -> Candidate | None:
+def transfer(cand: Candidate, sketches: list[Sketch], target_task: Task) -> Candidate | None:
     """`cand`'s decisions on the sketch of `sketches` (another task's) derived by the same rules with the same holes;
     None when there is no such sketch, a choice value has no counterpart, or the decisions cannot be repaired to
     meet the target sketch's limits."""

@@ -26,8 +26,9 @@ class NetworkTuneConfig:
     warmup_rounds: int = 1  # rounds every task gets before the gradient decides
     warmup_round_size: int = 16  # candidates in a warm-up round (networks have tens of tasks)
     min_warmup_round_size: int = 4  # warm-up rounds shrink to this when the budget would not reach every task
-    # each round of a task also scores the best candidates of this many tuned tasks of the same kind (nearest in
-    # FLOPs), carried over to its loop extents (annotate/transfer.py); 0: tasks are searched independently
+    # each round of a task also scores the best candidates of up to this many tuned tasks of the same kind and sketch
+    # structure (nearest in FLOPs first), carried over to its loop extents (annotate/transfer.py); 0: tasks are
+    # searched independently
     transfer_seeds: int = 4
     check_rtol: float = 1e-3  # tuned network vs reference output
     check_atol: float = 1e-3

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from ..annotate.candidate import Candidate
 from ..annotate.transfer import transfer
 from ..records import RecordStore
 from ..search.scorer import Scorer
@@ -170,7 +171,7 @@ class NetworkTuner:
                 log.info("task %s: %d records of earlier runs read back", nt.name, t.resumed)
         return self.tuners[i]
 
-    def _seeds(self, i: int) -> list:
+    def _seeds(self, i: int) -> list[Candidate]:
         """The best candidates of up to `transfer_seeds` tuned tasks like task i (same kind and sketch structure,
         nearest FLOPs first), carried over to task i's loop extents."""
         if self.config.transfer_seeds <= 0:
@@ -179,7 +180,7 @@ class NetworkTuner:
         others = [j for j, t in self.tuners.items() if j != i and self.states[j].kind == me.kind and t.best]
         others.sort(key=lambda j: abs(math.log(max(self.states[j].flops, 1.0) / max(me.flops, 1.0))))
         target = self.tuner(i)
-        seeds = []
+        seeds: list[Candidate] = []
         for j in others:
             cand = transfer(self.tuners[j].best[0], target.space.sketches, target.task)
             if cand is not None:
