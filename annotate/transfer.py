@@ -3,7 +3,7 @@
 Tasks of one network often differ only in their loop extents (MobileNet-V2's 1x1 convolutions, its depthwise
 ones). A tile decision keeps its inner factors where they divide the new extent, choice decisions keep their option
 values, so a schedule found for one task seeds the search of its neighbours (the idea of transfer-tuning,
-Gibson et al., CGO 2022), without any measurement.
+Gibson and Cano, 2022), without any measurement.
 """
 
 from __future__ import annotations
