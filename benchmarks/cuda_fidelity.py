@@ -382,8 +382,8 @@ def run_report(bundle: str, measurements: str, tag: str, device: str, xgb_sizes:
         for label in sorted({c["source"] for c in doc["candidates"]} - {"random"}):
             mine = sorted((c for c in doc["candidates"] if c["source"] == label), key=lambda c: c["id"])
             pick = rows.get((op, mine[0]["id"]), {})  # rank 0: the search's pick
-            done = [rows[(op, c["id"])]["seconds"] for c in mine if "seconds" in rows.get((op, c["id"]), {})]
             ranked = [rows.get((op, c["id"]), {}).get("seconds", float("inf")) for c in mine]  # in predicted order
+            done = [s for s in ranked if np.isfinite(s)]
             row["searches"][label] = {"n": len(mine), "pick_s": pick.get("seconds"), "pick_error": pick.get("error"),
                                       "best_s": min(done) if done else None,
                                       # what verifying the k best predictions on the device would keep

@@ -58,7 +58,7 @@ def main() -> int:
         if m is None or choice.record is None or m["gap_ms"] * 1e3 < args.min_gap_us:
             continue
         ms_mod = ms_best(db, nt.task, target)
-        ms_pred = model.seconds_from_features(model._cpu.extract(ms_mod))
+        ms_pred = model.seconds_of_module(ms_mod)
         rows.append({"task": nt.name, "calls": nt.weight, "records": len(store.records(nt.task)),
                      "drytune_ms": m["drytune_ms"], "metaschedule_ms": m["metaschedule_ms"],
                      "predicted_pick_ms": choice.record.seconds * 1e3, "predicted_metaschedule_ms": ms_pred * 1e3,
@@ -67,14 +67,14 @@ def main() -> int:
         print(f"{nt.name:45s} {r['records']:4d} records | measured {r['drytune_ms']:.4f} vs {r['metaschedule_ms']:.4f}"
               f" ms | predicted {r['predicted_pick_ms']:.4f} vs {r['predicted_metaschedule_ms']:.4f} ms: {r['cause']}",
               flush=True)
-    by_name = {nt.name: nt for nt in tasks}
+    by_name = {nt.name: (nt, choice) for nt, choice in zip(tasks, choices, strict=True)}
     searched = sorted((r for r in rows if r["cause"] == "search"),
                       key=lambda r: -r["calls"] * (r["drytune_ms"] - r["metaschedule_ms"]))
     for r in searched[:args.max_alone] if args.alone > 0 else []:
-        nt = by_name[r["task"]]
+        nt, choice = by_name[r["task"]]
         with tempfile.TemporaryDirectory() as d:
             res = dt.tune(nt.task, seconds=args.alone, work_dir=d, progress=False)
-        mods = {"alone": res.best.to_mod(), "network_run": store.records(nt.task)[0].to_schedule().mod,
+        mods = {"alone": res.best.to_mod(), "network_run": choice.record.to_schedule().mod,
                 "metaschedule": ms_best(db, nt.task, target)}
         times = interleaved(mods, target, rounds=3)
         r["alone"] = {"seconds": args.alone, "candidates": res.trials, "predicted_ms": res.predicted * 1e3,

@@ -212,14 +212,18 @@ class StaticCostModel(CostModel):
             cycles = math.inf if terms is None else float(self.coefficients.vector(GPU_TERM_NAMES) @ terms)
         return cycles / (self.spec.freq_ghz * 1e9)
 
+    def seconds_of_module(self, mod: tvm.IRModule) -> float:
+        """Predicted seconds of an already scheduled module (a candidate's, or one scheduled elsewhere, e.g. by
+        MetaSchedule); raises when it cannot be built or analysed."""
+        if self.is_gpu:
+            from .gpu_features import extract_gpu_features
+
+            return self.seconds_from_gpu_features(extract_gpu_features(mod, self.target, self.spec))
+        return self.seconds_from_features(self._cpu.extract(mod))
+
     def _predict_one(self, task: Task, cand: Candidate) -> float:
         try:
-            mod = cand.to_mod()
-            if self.is_gpu:
-                from .gpu_features import extract_gpu_features
-
-                return self.seconds_from_gpu_features(extract_gpu_features(mod, self.target, self.spec))
-            return self.seconds_from_features(self._cpu.extract(mod))
+            return self.seconds_of_module(cand.to_mod())
         except InvalidCandidateError as err:
             self._fail("replay", err)
         except Exception as err:  # noqa: BLE001 - any build/analysis failure is an invalid score, counted

@@ -106,7 +106,7 @@ def test_parallel_region_cost_makes_a_tiny_kernel_serial_and_a_large_one_paralle
 def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:
     task = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
     model = StaticCostModel(task.target)
-    naive = model.seconds_from_features(model._cpu.extract(task.mod))
+    naive = model.seconds_of_module(task.mod)
     space = dt.SearchSpace(task)
     cand = space.sample(1, seed=0)[0]
     sketch = cand.sketch
