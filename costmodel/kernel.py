@@ -81,6 +81,10 @@ class KernelConfig:
     # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
     # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
     widen_cost: float = 1.0  # FP-pipe slots per such insert or extract (0: not counted at all)
+    # Accumulators of more than one register with a partial tail (24 lanes = 16 + 8, 40, 20) reloaded from memory
+    # at each run of the reduction are built lane by lane (vmovss and vinsertps per lane; seen in the assembly of
+    # MobileNet-V2's 1x1 convolution picks on Zen 4, which measured 1.8-2.5x their prediction)
+    tail_reload_by_lane: bool = True
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -461,7 +465,11 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             pass
         elif is_update:
             acc_in_memory = True
-            loads += moved
+            if cfg.tail_reload_by_lane and kind == "contig" and e_v > lanes and e_v % lanes:
+                loads += n_out // vops * e_v
+                shuffles += n_out // vops * e_v * cfg.lane_insert_cost
+            else:
+                loads += moved
             stores += moved
             widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
