@@ -255,9 +255,9 @@ def test_strided_and_gathered_vector_accesses():
     assert _count(insts, "vinsertps") >= 12 and _scalar_loads(insts) == 16 * stores
 
 
-def _kernel_instructions(sch: s_tir.Schedule) -> list[Instruction]:
+def _kernel_instructions(sch: s_tir.Schedule, target: str = "x86-avx512") -> list[Instruction]:
     """The instructions of the compute function (main_compute_) of the schedule's assembly."""
-    return parse_asm(_asm(sch), "x86").function("main_compute_").instructions
+    return parse_asm(_asm(sch, target), "x86").function("main_compute_").instructions
 
 
 def _count(insts: list[Instruction], *mnemonics: str) -> int:
@@ -383,9 +383,9 @@ def test_libm_calls_cost_one_call_per_lane_and_vector_intrinsics_one_op_per_vect
     assert sqrt_vec < 1024
 
 
-def _asm(sch: s_tir.Schedule) -> str:
-    target, _ = dt.resolve_target("x86-avx512")
-    return tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+def _asm(sch: s_tir.Schedule, target: str = "x86-avx512") -> str:
+    resolved, _ = dt.resolve_target(target)
+    return tvm.compile(sch.mod, target=resolved).mod.inspect_source("asm")
 
 
 def _packed(asm: str, op: str) -> int:
@@ -647,8 +647,6 @@ def test_accumulators_with_a_partial_tail_are_reloaded_lane_by_lane():
             assert det["loads"] >= det["accumulators"] // det["vector_ops"] * lanes  # a load per lane
         _, det_off = _details(sch, cfg=dataclasses.replace(CFG, tail_reload_by_lane=False))
         assert (det["loads"] > det_off["loads"]) == by_lane, lanes
-    avx2, _ = dt.resolve_target("x86-avx2")  # the same with 8-lane registers: 12 lanes = 8 + 4
-    for lanes, by_lane in ((8, False), (12, True)):
-        asm = tvm.compile(_tile_through_memory(lanes).mod, target=avx2).mod.inspect_source("asm")
-        insts = parse_asm(asm, "x86").function("main_compute_").instructions
+    for lanes, by_lane in ((8, False), (12, True)):  # the same with AVX2's 8-lane registers: 12 lanes = 8 + 4
+        insts = _kernel_instructions(_tile_through_memory(lanes), "x86-avx2")
         assert (_count(insts, "vinsertps") > 0) == by_lane, lanes
