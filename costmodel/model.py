@@ -16,8 +16,9 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import tvm
@@ -165,8 +166,10 @@ class StaticCostModel(CostModel):
     """Tuna-style static cost model for CPU (x86, AArch64) and NVIDIA targets; predicts seconds."""
 
     def __init__(self, target: str | dict | tvm.target.Target, coefficients: str | Coefficients | None = None,
-                 spec: HardwareSpec | None = None):
+                 spec: HardwareSpec | None = None, kernel_overrides: Mapping[str, Any] | None = None):
+        """`kernel_overrides`: `KernelConfig` fields replaced in the spec's defaults (ablations, A/B runs)."""
         self.target, self.spec = resolve_target(target, spec)
+        self.kernel = replace(KernelConfig.for_spec(self.spec), **dict(kernel_overrides or {}))
         self.is_gpu = self.spec.is_gpu
         self.failures: Counter[str] = Counter()
         if self.is_gpu:
@@ -181,7 +184,7 @@ class StaticCostModel(CostModel):
                 cpu = str(dict(self.target.attrs).get("mcpu", "")) or None
                 coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec, cpu))
             self.coefficients = coefficients
-            self._cpu = CPUFeatureExtractor(self.target, self.spec)
+            self._cpu = CPUFeatureExtractor(self.target, self.spec, self.kernel)
 
     @classmethod
     def prescore_is_cheap(cls, target: str | dict | tvm.target.Target) -> bool:
@@ -254,7 +257,7 @@ class StaticCostModel(CostModel):
                 return math.inf if terms is None else float(weights @ terms)
         else:
             def cycles_of(mod: tvm.IRModule) -> float:
-                return prescore_cycles(LoopTree.from_mod(mod), self.spec)
+                return prescore_cycles(LoopTree.from_mod(mod), self.spec, self.kernel)
         out = []
         for cand in candidates:
             try:

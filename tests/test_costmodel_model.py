@@ -138,6 +138,18 @@ def test_predictions_are_seconds_and_invalid_is_inf() -> None:
     assert model.failures["replay"] == 1
 
 
+def test_kernel_overrides_reach_the_full_score_and_the_prescore() -> None:
+    task = _task("gemm_bert")
+    cands = dt.SearchSpace(task).sample(4, seed=3)
+    base = StaticCostModel(task.target)
+    one_pipe = StaticCostModel(task.target, kernel_overrides={"fp_pipes": 0.25})
+    assert one_pipe.kernel.fp_pipes == 0.25 and base.kernel.fp_pipes > 0.25
+    assert np.all(one_pipe.prescore(task, cands) > base.prescore(task, cands))
+    assert np.all(one_pipe.predict(task, cands) > base.predict(task, cands))
+    with pytest.raises(TypeError):
+        StaticCostModel(task.target, kernel_overrides={"no_such_field": 1})
+
+
 @pytest.mark.parametrize("target", ["aarch64", "cuda-sm90"])
 def test_cross_targets_score_without_a_device(target: str) -> None:
     task = _task("gemm", target)
