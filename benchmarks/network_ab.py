@@ -3,10 +3,10 @@
 Each (setting, seed) is tuned in a fresh process (fresh Ray, fresh thread pools); then every tuned network is timed in
 one process, interleaved over rounds, and each seed's ratio is the median over rounds of B's latency over A's
 (< 1: B is faster). Settings (`SETTINGS`): `independent` / `transfer` (schedules carried over between similar tasks,
-`NetworkTuneConfig.transfer_seeds`), `tail-rule` / `no-tail-rule` (`KernelConfig.tail_reload_by_lane`).
+`NetworkTuneConfig.transfer_seeds`), `lane-hoist` / `no-lane-hoist` (`KernelConfig.hoisted_by_lane`).
 
     python benchmarks/network_ab.py --settings independent,transfer --model mobilenet_v2 --budget 150 --seeds 0,1
-    python benchmarks/network_ab.py --settings no-tail-rule,tail-rule --coefficients no-tail-rule=OLD.json ...
+    python benchmarks/network_ab.py --settings no-lane-hoist,lane-hoist --coefficients no-lane-hoist=OLD.json ...
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class Setting:
 SETTINGS = {
     "independent": Setting(config={"transfer_seeds": 0}),
     "transfer": Setting(config={"transfer_seeds": 4}),
-    "tail-rule": Setting(kernel={"tail_reload_by_lane": True}),
-    "no-tail-rule": Setting(kernel={"tail_reload_by_lane": False}),
+    "lane-hoist": Setting(kernel={"hoisted_by_lane": True}),
+    "no-lane-hoist": Setting(kernel={"hoisted_by_lane": False}),
 }
 
 

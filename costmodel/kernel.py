@@ -81,10 +81,13 @@ class KernelConfig:
     # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
     # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
     widen_cost: float = 1.0  # FP-pipe slots per such insert or extract (0: not counted at all)
-    # Accumulators of more than one register with a partial tail (24 lanes = 16 + 8, 40, 20) reloaded from memory
-    # at each run of the reduction are built lane by lane (vmovss and vinsertps per lane; seen in the assembly of
-    # MobileNet-V2's 1x1 convolution picks on Zen 4, which measured 1.8-2.5x their prediction)
-    tail_reload_by_lane: bool = True
+    # LLVM's LICM hoists a contiguous operand that does not change with the innermost iterating loop; when its vector
+    # is wider than a register and its lane count not a power of two (20, 24, 40, 48, 80; 12 with AVX2), the hoisted
+    # load is assembled lane by lane in the loop's preheader (vmovss and vinsertps per lane), once per run of the
+    # loop and not overlapped with it. `preheader_lane_cycles` per lane (a load and an insert): on Zen 4 a 48-lane
+    # tile over 2 row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at the same (README)
+    hoisted_by_lane: bool = True
+    preheader_lane_cycles: float = 1.0
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
@@ -429,11 +432,15 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         operands.append((a, kind, _distinct(a, unrolled), hoistable))
     fits = sum(n * vops for _, _, n, h in operands if h) + outputs <= cfg.registers
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
+    preheader = 0.0  # cycles before each run of the innermost iterating loop
     for a, kind, n, hoistable in operands:
         share = inner_iter.extent if hoistable and fits else 1
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
+            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and inner_iter is not None \
+                    and not a.conditional and inner_iter.var not in _access_vars(a):
+                preheader += n * e_v * cfg.preheader_lane_cycles
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
             loads += _lane_loads(a, vec, e_v, unrolled) / share
@@ -465,11 +472,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             pass
         elif is_update:
             acc_in_memory = True
-            if cfg.tail_reload_by_lane and kind == "contig" and e_v > lanes and e_v % lanes:
-                loads += n_out // vops * e_v
-                shuffles += n_out // vops * e_v * cfg.lane_insert_cost
-            else:
-                loads += moved
+            loads += moved
             stores += moved
             widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
@@ -501,6 +504,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
     calls = stmts * e_v * lane_calls
     body_cycles = per_body[bound] + calls + (cfg.loop_overhead if inner_iter is not None else 0.0)
+    if preheader:
+        body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)
     if details is not None:
         details.update(per_body, lanes=e_v, vector_ops=vops, statements=stmts, loads=loads, stores=stores,
@@ -508,7 +513,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        executions=executions, body_cycles=body_cycles,
                        inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
-                       accumulators=n_out if out is not None else 0, libm_calls=calls)
+                       accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader)
     return executions * body_cycles, bound
 
 

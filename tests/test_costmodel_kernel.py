@@ -632,21 +632,38 @@ def test_a_widened_vector_pays_an_insert_per_load_and_an_extract_per_store_on_th
             assert abs(shuffles - widened) <= 0.1 * widened, (shuffles, widened)
 
 
-def test_accumulators_with_a_partial_tail_are_reloaded_lane_by_lane():
-    """An accumulator of more than one register with a partial tail (24 lanes = 16 + 8, 40 = 32 + 8) that goes
-    through memory is reloaded by LLVM from single-lane loads and inserts (vmovss, vinsertps), not from vector
-    loads; MobileNet-V2's 24- and 40-lane 1x1 convolution picks measured 1.8-2.5x their prediction from it. The
-    model counts a scalar load and an insert per lane there; 16 and 32 lanes reload whole registers."""
-    for lanes, by_lane in ((16, False), (32, False), (24, True), (40, True)):
+def _blocks(asm: str, function: str = "main_compute_") -> list[list[str]]:
+    """The mnemonics of each labelled basic block of `function` in x86 assembly text."""
+    blocks: list[list[str]] = [[]]
+    for line in asm.split(function + ":", 1)[1].splitlines():
+        if line.startswith(".LBB"):
+            blocks.append([])
+        elif line and not line.startswith(("\t", ".")):
+            break  # the next function
+        elif line.startswith("\t") and not line.startswith("\t."):
+            blocks[-1].append(line.split()[0])
+    return blocks
+
+
+def test_hoisted_operands_of_odd_width_are_built_lane_by_lane_before_the_loop():
+    """LICM hoists B's rows (invariant in the row-block loop) out of `_tile_through_memory`'s iterating loop; a vector
+    wider than a register whose lane count is not a power of two (24, 40, 48, 80) is then assembled from one scalar
+    load and one insert per lane (vmovss, vinsertps) in the loop's preheader, once per run of the loop, while the loop
+    itself (the FMAs, the accumulators' vector loads and stores) has none. 16, 32 and 64 lanes load whole registers.
+    The model adds a lane's cost per hoisted lane to each run of the loop."""
+    k1 = 4  # B's rows in the body
+    for lanes, by_lane in ((16, False), (32, False), (64, False), (24, True), (40, True), (48, True), (80, True)):
         sch = _tile_through_memory(lanes)
+        blocks = _blocks(_asm(sch))
+        loop = next(b for b in blocks if "vfmadd231ps" in b)
+        assert "vinsertps" not in loop and "vmovss" not in loop, lanes
+        scalar_loads = sum(b.count("vmovss") for b in blocks)
+        assert scalar_loads == (k1 * lanes if by_lane else 0), lanes
         _, det = _details(sch)
-        insts = _kernel_instructions(sch)
-        assert (_count(insts, "vinsertps") > 0) == by_lane, lanes
-        assert (det["shuffle"] > 0) == by_lane, lanes
-        if by_lane:
-            assert det["loads"] >= det["accumulators"] // det["vector_ops"] * lanes  # a load per lane
-        _, det_off = _details(sch, cfg=dataclasses.replace(CFG, tail_reload_by_lane=False))
-        assert (det["loads"] > det_off["loads"]) == by_lane, lanes
-    for lanes, by_lane in ((8, False), (12, True)):  # the same with AVX2's 8-lane registers: 12 lanes = 8 + 4
+        assert det["preheader"] == (k1 * lanes * CFG.preheader_lane_cycles if by_lane else 0), lanes
+        cycles, _ = _details(sch)
+        off, _ = _details(sch, cfg=dataclasses.replace(CFG, hoisted_by_lane=False))
+        assert (cycles > off) == by_lane, lanes
+    for lanes, by_lane in ((8, False), (16, False), (12, True), (24, True)):  # AVX2's 8-lane registers
         insts = _kernel_instructions(_tile_through_memory(lanes), "x86-avx2")
         assert (_count(insts, "vinsertps") > 0) == by_lane, lanes

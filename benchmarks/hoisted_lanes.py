@@ -1,0 +1,109 @@
+"""What a hoisted operand of odd width costs: C += A B tiles whose B rows are invariant in the row-block loop.
+
+LLVM hoists B's rows out of the row-block loop; at 24, 40, 48 or 80 lanes (wider than a register, not a power of two)
+it assembles them lane by lane before each run of that loop (`KernelConfig.hoisted_by_lane`). Each lane count is
+timed (one thread) with a short row-block loop (2 iterations per run: the preheader weighs) and a long one (40), in
+rounds with the order rotated, and predicted by the kernel model with and without the rule.
+
+    python benchmarks/hoisted_lanes.py --tag znver4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+from report_files import write_report
+
+LANES = (16, 32, 64, 20, 24, 40, 48, 80)
+ROWS, K, K_INNER, J_TILES = 7, 256, 4, 4
+
+
+def tile(lanes: int, blocks: int):
+    """C (blocks x 7 rows, 4 x lanes) += A B: body 7 rows x 4 reduction steps on one `lanes`-wide vector, iterated
+    over row blocks inside the outer reduction loop (B's 4 rows invariant there)."""
+    import tvm
+    from tvm import s_tir, te
+
+    M, N = blocks * ROWS, lanes * J_TILES
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((K, N), "float32", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    block = sch.get_sblock("C")
+    i, j, r = sch.get_loops(block)
+    i0, i1 = sch.split(i, [None, ROWS])
+    j0, j1 = sch.split(j, [None, lanes])
+    k0, k1 = sch.split(r, [None, K_INNER])
+    sch.reorder(j0, k0, i0, k1, i1, j1)
+    sch.unroll(k1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(block, k0)
+    return sch.mod
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--min-seconds", type=float, default=0.2, help="time per kernel per round")
+    ap.add_argument("--tag", default=None)
+    args = ap.parse_args()
+    os.environ["TVM_NUM_THREADS"] = "1"
+    import tvm
+
+    from drytune.costmodel.model import StaticCostModel
+    from drytune.target import resolve_target
+
+    target, _ = resolve_target("llvm")
+    target = tvm.target.Target({**dict(target.export()), "num-cores": 1})
+    models = {"rule": StaticCostModel(target), "no rule": StaticCostModel(target, kernel_overrides={
+        "hoisted_by_lane": False})}
+    dev = tvm.cpu()
+    cases = [(lanes, blocks) for blocks in (2, 40) for lanes in LANES]
+    calls, predicted = {}, {}
+    rng = np.random.default_rng(0)
+    for lanes, blocks in cases:
+        mod = tile(lanes, blocks)
+        lib = tvm.compile(mod, target=target)
+        M, N = blocks * ROWS, lanes * J_TILES
+        arrays = [tvm.runtime.tensor(rng.random(s, dtype=np.float32), dev) for s in ((M, K), (K, N), (M, N))]
+        calls[(lanes, blocks)] = lib.mod.time_evaluator("main", dev, min_repeat_ms=int(args.min_seconds * 1e3),
+                                                        number=1, repeat=1), arrays
+        predicted[(lanes, blocks)] = {name: m.seconds_of_module(mod) for name, m in models.items()}
+    times: dict[tuple[int, int], list[float]] = {c: [] for c in cases}
+    for r in range(args.rounds):
+        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+            ev, arrays = calls[case]
+            times[case].append(ev(*arrays).mean)
+    rows = []
+    for lanes, blocks in cases:
+        t = statistics.median(times[(lanes, blocks)])
+        fmas = blocks * ROWS * lanes * J_TILES * K
+        rows.append({"lanes": lanes, "row_blocks": blocks, "measured_s": t, "gfma_per_s": fmas / t / 1e9,
+                     "predicted_s": predicted[(lanes, blocks)]})
+    report = {"date": time.strftime("%Y-%m-%d"), "target": str(target), "rows": rows,
+              "command": "python benchmarks/hoisted_lanes.py " + " ".join(sys.argv[1:])}
+    lines = ["# Hoisted operands of odd width: measured and predicted", "", f"{report['date']}. `{report['command']}`",
+             "", f"One thread, {args.rounds} interleaved rounds (median). measured / predicted is relative to the "
+             "16-lane tile of the same row-block count (1.00: the model rates the tile as it runs).", "",
+             "| lanes | row blocks per run | measured us | GFMA/s | measured / predicted, rule | same, no rule |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        ref = next(x for x in rows if x["lanes"] == 16 and x["row_blocks"] == r["row_blocks"])
+        rel = {name: (r["measured_s"] / r["predicted_s"][name]) / (ref["measured_s"] / ref["predicted_s"][name])
+               for name in models}
+        r["relative_measured_over_predicted"] = rel
+        lines.append(f"| {r['lanes']} | {r['row_blocks']} | {r['measured_s'] * 1e6:.1f} | {r['gfma_per_s']:.1f} | "
+                     f"{rel['rule']:.2f} | {rel['no rule']:.2f} |")
+    write_report("hoisted_lanes", args.tag, report, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
