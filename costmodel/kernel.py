@@ -88,8 +88,13 @@ class KernelConfig:
     # tile over 2 row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at the same (README)
     hoisted_by_lane: bool = True
     preheader_lane_cycles: float = 1.0
+    # Accumulators of half-register TVM vectors (8 lanes with AVX-512) held in registers across the reduction loop
+    # are joined by LLVM into full registers, two adjacent columns per FMA, when the tile has more than
+    # `join_half_vectors_above` elements (benchmarks/register_tiles.py: 2x80, 3x64, 2x96, 4x48 tiles of 8 lanes ran
+    # as zmm FMAs, tiles of 128 elements or fewer as ymm); 0 disables
+    join_half_vectors_above: int = 128
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
-    llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+    llvm_unroll_budget: float = 512.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
     # `large_body_width` per cycle. Measured on Zen 5 (README, "Large unrolled bodies"): a 1024-FMA GEMM body (1910
     # instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a 32-FMA loop; the GEMM
@@ -468,6 +473,10 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
+            if cfg.join_half_vectors_above and vec_loop is not None and vec_loop.kind == "vectorized" \
+                    and 2 * e_v == lanes and n_out * e_v > cfg.join_half_vectors_above \
+                    and any(lp is not vec_loop and lp.extent > 1 and _vector_stride(out, lp.var) == e_v for lp in body):
+                fp_ops /= 2
         elif in_regs:
             pass
         elif is_update:

@@ -667,3 +667,43 @@ def test_hoisted_operands_of_odd_width_are_built_lane_by_lane_before_the_loop():
     for lanes, by_lane in ((8, False), (16, False), (12, True), (24, True)):  # AVX2's 8-lane registers
         insts = _kernel_instructions(_tile_through_memory(lanes), "x86-avx2")
         assert (_count(insts, "vinsertps") > 0) == by_lane, lanes
+
+
+def _tile_at_epilogue(rows: int, cols: int, lanes: int = 8) -> s_tir.Schedule:
+    """D = A B + 1 with the matmul computed at D's rows x cols tile (a compacted accumulator buffer, as a convolution
+    fused with its epilogue has), the reduction outermost in the tile; the tile's loops are left to LLVM."""
+    A = te.placeholder((rows * 4, 64), "float32", name="A")
+    B = te.placeholder((64, cols * 2), "float32", name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((rows * 4, cols * 2), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((rows * 4, cols * 2), lambda i, j: C[i, j] + 1.0, name="D")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, D])}))
+    i, j = sch.get_loops(sch.get_sblock("D"))
+    i0, i1 = sch.split(i, [None, rows])
+    j0, j1 = sch.split(j, [None, cols])
+    sch.reorder(i0, j0, i1, j1)
+    block = sch.get_sblock("C")
+    sch.compute_at(block, j0)
+    ci, cj, ck = sch.get_loops(block)[-3:]
+    cj2, cj3 = sch.split(cj, [None, lanes])
+    k0, k1 = sch.split(ck, [None, 4])
+    sch.reorder(k0, ci, cj2, k1, cj3)
+    sch.vectorize(cj3)
+    sch.unroll(k1)
+    sch.decompose_reduction(block, k0)
+    return sch
+
+
+def test_half_register_columns_of_a_large_register_tile_are_joined_into_full_registers():
+    """An accumulator tile held in registers across the reduction, of 8-lane TVM vectors on AVX-512: LLVM runs its
+    FMAs on zmm registers, two adjacent columns each, when the tile has more than 128 elements (2 x 80, 4 x 48), and
+    on ymm registers when it has 128 or fewer (2 x 64, 4 x 32). The model halves its FP operations in the first case."""
+    for rows, cols, joined in ((2, 80, True), (4, 48, True), (2, 64, False), (4, 32, False)):
+        sch = _tile_at_epilogue(rows, cols)
+        fmas = [line for line in _asm(sch, {"kind": "llvm", "mcpu": "znver4"}).splitlines()
+                if line.strip().startswith("vfmadd")]
+        assert fmas and all(("%zmm" in f) == joined and ("%ymm" in f) != joined for f in fmas), (rows, cols)
+        _, det = _details(sch, "C_update")
+        _, apart = _details(sch, "C_update", cfg=dataclasses.replace(CFG, join_half_vectors_above=0))
+        assert det["stores"] == 0, (rows, cols)  # held in registers across the reduction loop
+        assert det["fp_ops"] * (2 if joined else 1) == apart["fp_ops"], (rows, cols)
