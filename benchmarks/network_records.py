@@ -57,6 +57,8 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=14, help="tasks with the largest gaps measured")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--passes", type=int, default=2, help="measurement passes over all records (the fastest kept)")
+    ap.add_argument("--measured", default=None, metavar="JSON",
+                    help="take the times from an earlier report of this script on the same records (rescore only)")
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
@@ -74,7 +76,14 @@ def main() -> int:
             measured.append({"task": row["task"], "predicted_s": rec.seconds, "measured_s": math.inf,
                              "passes_s": [], "rescored_s": model.seconds_of_module(mod),
                              "lanes": widest_vector(mod.script()), "error": None})
-    for p in range(args.passes):  # whole passes, so that a slow spell of the machine hits one pass of a candidate
+    if args.measured:  # the times of an earlier report on the same records: only the rescoring is new
+        with open(args.measured) as f:
+            earlier = json.load(f)["records"]
+        if [e["task"] for e in earlier] != [m["task"] for m in measured]:
+            raise SystemExit(f"{args.measured} holds other records than {args.work_dir} with these tasks")
+        for m, e in zip(measured, earlier, strict=True):
+            m.update(measured_s=e["measured_s"], passes_s=e.get("passes_s", [e["measured_s"]]), error=e["error"])
+    for p in range(0 if args.measured else args.passes):  # whole passes: a slow spell hits one pass of a candidate
         for m, res in zip(measured, measure_modules(mods, target), strict=True):
             m["passes_s"].append(res.seconds)
             m["measured_s"] = min(m["measured_s"], res.seconds)  # interference only slows a kernel down
@@ -123,7 +132,8 @@ def main() -> int:
               "fastest records' time over the 10 best predicted ones'): "
               f"{statistics.median(r['top10'] for r in rows):.2f} by the run's predictions, "
               f"{statistics.median(r['rescored_top10'] for r in rows):.2f} rescored. Each record timed in "
-              f"{args.passes} whole passes, the fastest kept.", "",
+              f"{args.passes} whole passes, the fastest kept"
+              + (f" (times from {args.measured})" if args.measured else "") + ".", "",
               "Measured / predicted by the widest vectorized loop, relative to its task's median (> 1: the model "
               "underrates such candidates):", "", "| lanes | candidates | measured / predicted |", "|---|---|---|"]
     lines += [f"| {k} | {v['n']} | {v['relative_measured_over_predicted']:.2f} |" for k, v in widths.items()]
