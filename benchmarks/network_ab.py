@@ -3,7 +3,8 @@
 Each (setting, seed) is tuned in a fresh process (fresh Ray, fresh thread pools); then every tuned network is timed in
 one process, interleaved over rounds, and each seed's ratio is the median over rounds of B's latency over A's
 (< 1: B is faster). Settings (`SETTINGS`): `independent` / `transfer` (schedules carried over between similar tasks,
-`NetworkTuneConfig.transfer_seeds`), `lane-hoist` / `no-lane-hoist` (`KernelConfig.hoisted_by_lane`).
+`NetworkTuneConfig.transfer_seeds`), `lane-hoist` / `no-lane-hoist` (`KernelConfig.hoisted_by_lane`), `session-30` /
+`current` (all of session 31's kernel-model changes).
 
     python benchmarks/network_ab.py --settings independent,transfer --model mobilenet_v2 --budget 150 --seeds 0,1
     python benchmarks/network_ab.py --settings no-lane-hoist,lane-hoist --coefficients no-lane-hoist=OLD.json ...
@@ -37,6 +38,10 @@ SETTINGS = {
     "transfer": Setting(config={"transfer_seeds": 4}),
     "lane-hoist": Setting(kernel={"hoisted_by_lane": True}),
     "no-lane-hoist": Setting(kernel={"hoisted_by_lane": False}),
+    # the kernel model as session 31 found it (run with that session's starting coefficients) and as it left it
+    "session-30": Setting(kernel={"hoisted_by_lane": False, "join_half_vectors_above": 0,
+                                  "llvm_unroll_nest_factor": 1.0}),
+    "current": Setting(),
 }
 
 

@@ -94,7 +94,12 @@ class KernelConfig:
     # as zmm FMAs, tiles of 128 elements or fewer as ymm); 0 disables
     join_half_vectors_above: int = 128
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
-    llvm_unroll_budget: float = 512.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+    llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
+    # and a loop around such a loop while the whole unrolled nest stays below this many times the budget (accumulator
+    # tiles, benchmarks/register_tiles.py: a 12- or 6-column loop unrolled, then the 2- or 4-row loop around it up to
+    # 480 model instructions; 4 x 96 and 2 x 128 tiles, whose column loops alone exceed the budget or whose nest
+    # reaches 960, were not)
+    llvm_unroll_nest_factor: float = 2.0
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
     # `large_body_width` per cycle. Measured on Zen 5 (README, "Large unrolled bodies"): a 1024-FMA GEMM body (1910
     # instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a 32-FMA loop; the GEMM
@@ -261,12 +266,13 @@ def index_ops(accesses: list[Access], inner: str | None, unrolled: dict[str, int
     return sum(seen.values())
 
 
-def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float
+def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_factor: float = 1.0
                 ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
     """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
     only LLVM unrolls): TVM's unrolling
     (explicit, or auto-unroll up to `max_step` statements), then LLVM's full unrolling of small constant
-    loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance)."""
+    loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance; a loop around one
+    LLVM already unrolled may take the body to `nest_factor` x `budget`)."""
     max_step = 0
     for lp in path:
         step = lp.annotations.get("pragma_auto_unroll_max_step")
@@ -282,7 +288,7 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float
             pass
         elif lp.kind == "unrolled" or (lp.kind == "serial" and max_step and steps * lp.extent <= max_step):
             steps *= lp.extent
-        elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget:
+        elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget * (nest_factor if by_llvm else 1):
             steps *= lp.extent
             by_llvm.append(lp)
         else:
@@ -310,7 +316,7 @@ def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: 
     if vec_path is not None:
         e = vec_path.extent
         stmt_insts = fp * _vector_ops(e, lanes) + len(leaf.accesses) * _memory_pieces(e, lanes)
-    return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget))
+    return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget, cfg.llvm_unroll_nest_factor))
 
 
 def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> frozenset[str]:
