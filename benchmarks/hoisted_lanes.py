@@ -10,13 +10,12 @@ rounds with the order rotated, and predicted by the kernel model with and withou
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
+from microbench import one_core_target, parse_args
 from report_files import write_report
 
 LANES = (16, 32, 64, 20, 24, 40, 48, 80)
@@ -50,19 +49,12 @@ def tile(lanes: int, blocks: int):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--min-seconds", type=float, default=0.2, help="time per kernel per round")
-    ap.add_argument("--tag", default=None)
-    args = ap.parse_args()
-    os.environ["TVM_NUM_THREADS"] = "1"
+    args = parse_args(__doc__)
     import tvm
 
     from drytune.costmodel.model import StaticCostModel
-    from drytune.target import resolve_target
 
-    target, _ = resolve_target("llvm")
-    target = tvm.target.Target({**dict(target.export()), "num-cores": 1})
+    target = one_core_target()
     models = {"rule": StaticCostModel(target), "no rule": StaticCostModel(target, kernel_overrides={
         "hoisted_by_lane": False})}
     dev = tvm.cpu()

@@ -11,8 +11,6 @@ static model, and its reduction loop read in the assembly: FMAs by register widt
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import statistics
 import sys
@@ -20,6 +18,7 @@ import time
 from collections import Counter
 
 import numpy as np
+from microbench import one_core_target, parse_args
 from report_files import write_report
 
 K = 256
@@ -85,21 +84,14 @@ def reduction_loop(asm: str) -> dict[str, int]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--min-seconds", type=float, default=0.2, help="time per kernel per round")
-    ap.add_argument("--tag", default=None)
-    args = ap.parse_args()
-    os.environ["TVM_NUM_THREADS"] = "1"
+    args = parse_args(__doc__)
     import tvm
 
     from drytune.costmodel.kernel import kernel_cycles
     from drytune.costmodel.looptree import LoopTree
     from drytune.costmodel.model import StaticCostModel
-    from drytune.target import resolve_target
 
-    target, _ = resolve_target("llvm")
-    target = tvm.target.Target({**dict(target.export()), "num-cores": 1})
+    target = one_core_target()
     model = StaticCostModel(target)
     dev = tvm.cpu()
     rng = np.random.default_rng(0)
