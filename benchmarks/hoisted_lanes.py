@@ -15,7 +15,7 @@ import sys
 import time
 
 import numpy as np
-from microbench import one_core_target, parse_args
+from microbench import interleaved, kernel_timer, one_core_target, parse_args
 from report_files import write_report
 
 LANES = (16, 32, 64, 20, 24, 40, 48, 80)
@@ -57,23 +57,14 @@ def main() -> int:
     target = one_core_target()
     models = {"rule": StaticCostModel(target), "no rule": StaticCostModel(target, kernel_overrides={
         "hoisted_by_lane": False})}
-    dev = tvm.cpu()
     cases = [(lanes, blocks) for blocks in (2, 40) for lanes in LANES]
-    calls, predicted = {}, {}
+    timers, predicted = {}, {}
     rng = np.random.default_rng(0)
-    for lanes, blocks in cases:
-        mod = tile(lanes, blocks)
-        lib = tvm.compile(mod, target=target)
-        M = blocks * ROWS
-        arrays = [tvm.runtime.tensor(rng.random(s, dtype=np.float32), dev) for s in ((M, K), (K, N), (M, N))]
-        calls[(lanes, blocks)] = lib.mod.time_evaluator("main", dev, min_repeat_ms=int(args.min_seconds * 1e3),
-                                                        number=1, repeat=1), arrays
-        predicted[(lanes, blocks)] = {name: m.seconds_of_module(mod) for name, m in models.items()}
-    times: dict[tuple[int, int], list[float]] = {c: [] for c in cases}
-    for r in range(args.rounds):
-        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
-            ev, arrays = calls[case]
-            times[case].append(ev(*arrays).mean)
+    for case in cases:
+        mod = tile(*case)
+        timers[case] = kernel_timer(tvm.compile(mod, target=target), mod, rng, args.min_seconds)
+        predicted[case] = {name: m.seconds_of_module(mod) for name, m in models.items()}
+    times = interleaved(timers, args.rounds)
     rows = []
     for lanes, blocks in cases:
         t = statistics.median(times[(lanes, blocks)])

@@ -25,3 +25,27 @@ def one_core_target():
 
     target, _ = resolve_target("llvm")
     return tvm.target.Target({**dict(target.export()), "num-cores": 1})
+
+
+def kernel_timer(lib, mod, rng, min_seconds: float):
+    """A call that times the built `lib` once on random float32 arguments shaped as `mod`'s parameters: its mean
+    seconds per run over at least `min_seconds`."""
+    import numpy as np
+    import tvm
+
+    dev = tvm.cpu()
+    arrays = [tvm.runtime.tensor(rng.random([int(x) for x in p.shape], dtype=np.float32), dev)
+              for p in mod["main"].params]
+    evaluator = lib.mod.time_evaluator("main", dev, min_repeat_ms=int(min_seconds * 1e3), number=1, repeat=1)
+    return lambda: evaluator(*arrays).mean
+
+
+def interleaved(timers: dict, rounds: int) -> dict:
+    """Each timer's readings over `rounds` rounds, the order rotated by one each round (a slow spell of the machine
+    then falls on different kernels)."""
+    keys = list(timers)
+    times: dict = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            times[k].append(timers[k]())
+    return times

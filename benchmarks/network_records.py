@@ -132,7 +132,7 @@ def main() -> int:
               "fastest records' time over the 10 best predicted ones'): "
               f"{statistics.median(r['top10'] for r in rows):.2f} by the run's predictions, "
               f"{statistics.median(r['rescored_top10'] for r in rows):.2f} rescored. Each record timed in "
-              f"{args.passes} whole passes, the fastest kept"
+              f"{max(len(m['passes_s']) for m in measured)} whole passes, the fastest kept"
               + (f" (times from {args.measured})" if args.measured else "") + ".", "",
               "Measured / predicted by the widest vectorized loop, relative to its task's median (> 1: the model "
               "underrates such candidates):", "", "| lanes | candidates | measured / predicted |", "|---|---|---|"]

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 import numpy as np
-from microbench import one_core_target, parse_args
+from microbench import interleaved, kernel_timer, one_core_target, parse_args
 from report_files import write_report
 
 K = 256
@@ -93,29 +93,21 @@ def main() -> int:
 
     target = one_core_target()
     model = StaticCostModel(target)
-    dev = tvm.cpu()
     rng = np.random.default_rng(0)
-    runs, rows = {}, []
+    timers, rows = {}, []
     for case in CASES:
         mod = tile_module(*case)
         lib = tvm.compile(mod, target=target)
-        arrays = [tvm.runtime.tensor(rng.random([int(x) for x in p.shape], dtype=np.float32), dev)
-                  for p in mod["main"].params]
-        runs[case] = lib.mod.time_evaluator("main", dev, min_repeat_ms=int(args.min_seconds * 1e3), number=1,
-                                            repeat=1), arrays
+        timers[case] = kernel_timer(lib, mod, rng, args.min_seconds)
         est = kernel_cycles(LoopTree.from_mod(mod), model.spec, model.kernel)
         rows.append({"rows": case[0], "columns": case[1], "lanes": case[2], "unrolled_by": "TVM" if case[3] else "LLVM",
                      "asm_loop": reduction_loop(lib.mod.inspect_source("asm")),
                      "predicted_s": model.seconds_of_module(mod),
-                     "kernel_cycles": est.cycles, "kernel_bound": max(est.bound_counts, key=est.bound_counts.get),
-                     "times_s": []})
-    for r in range(args.rounds):
-        order = list(range(len(CASES)))
-        for i in order[r % len(order):] + order[:r % len(order)]:
-            ev, arrays = runs[CASES[i]]
-            rows[i]["times_s"].append(ev(*arrays).mean)
-    for row in rows:
-        row["measured_s"] = statistics.median(row["times_s"])
+                     "kernel_cycles": est.cycles, "kernel_bound": max(est.bound_counts, key=est.bound_counts.get)})
+    times = interleaved(timers, args.rounds)
+    for row, case in zip(rows, CASES, strict=True):
+        row["times_s"] = times[case]
+        row["measured_s"] = statistics.median(times[case])
     report = {"date": time.strftime("%Y-%m-%d"), "target": str(target), "rows": rows,
               "command": "python benchmarks/register_tiles.py " + " ".join(sys.argv[1:])}
     lines = ["# Accumulator tiles in a compacted intermediate", "", f"{report['date']}. `{report['command']}`", "",
