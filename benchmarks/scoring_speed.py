@@ -6,6 +6,8 @@ Stages of the full score: replay the sketch (TVM schedule primitives), lower the
 scheduler, the isl data movement and the TIR kernel model. The replay is also timed through TVM's type-checked
 Python primitives (what it cost before `sketch/unchecked.py`), and the build with the calling wrapper's argument
 checks (what it cost before `without_argument_checks`), so both gains are measured in the same run.
+`replay_tvm_calls` is the part of a replay spent creating the schedule and inside its methods: with LLVM's stages it
+gives the floors that TVM itself puts under the two scores.
 Last, pre-scoring through two Ray actors in batches of 2 (the full score's batch size, used for both before
 `ScorerConfig.prescore_batch_size`) and of 16, interleaved over a few rounds.
 
@@ -35,10 +37,11 @@ from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import StaticCostModel
 from drytune.search.ray_scorer import RayScorer
 from drytune.sketch.sketch import ReplayDecider
+from drytune.sketch.unchecked import UncheckedSchedule
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-STAGES = ("replay_checked", "replay", "loop_tree", "llvm_with_checks", "lower_and_llvm_opt", "llvm_backend_asm",
-          "asm_analysis", "list_scheduler", "data_movement", "kernel_model")
+STAGES = ("replay_checked", "replay", "replay_tvm_calls", "loop_tree", "llvm_with_checks", "lower_and_llvm_opt",
+          "llvm_backend_asm", "asm_analysis", "list_scheduler", "data_movement", "kernel_model")
 LLVM_STAGES = ("lower_and_llvm_opt", "llvm_backend_asm")
 
 
@@ -56,11 +59,47 @@ def _checked_replay(cand: dt.Candidate) -> tvm.IRModule:
     return sch.mod
 
 
+class _TimedSchedule(UncheckedSchedule):
+    """An unchecked schedule that adds up the seconds spent inside TVM's `Schedule` methods (primitives, `get`,
+    `get_loops`, samples): the part of a replay that no Python of ours can make cheaper."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, schedule: s_tir.Schedule):
+        super().__init__(schedule)
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str):
+        fn = super().__getattr__(name)
+        if not callable(fn):
+            return fn
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+        return timed
+
+
+def _tvm_call_seconds(cand: dt.Candidate) -> float:
+    """Seconds of a replay spent creating the schedule and inside its methods."""
+    t0 = time.perf_counter()
+    sch = _TimedSchedule(s_tir.Schedule(cand.task.mod))
+    created = time.perf_counter() - t0
+    decider = ReplayDecider(cand.decisions, cand.sketch.holes)
+    for step in cand.sketch.steps:
+        step.apply(sch, decider)
+    return created + sch.seconds
+
+
 def stage_times(model: StaticCostModel, ex: CPUFeatureExtractor, cand: dt.Candidate) -> dict[str, float]:
     """Seconds of each stage for one candidate, then of the whole full score and pre-score as the model runs them."""
     t: dict[str, float] = {}
     _, t["replay_checked"] = _timed(lambda: _checked_replay(cand))
     mod, t["replay"] = _timed(cand.to_mod)
+    t["replay_tvm_calls"] = _tvm_call_seconds(cand)
     tree, t["loop_tree"] = _timed(lambda: LoopTree.from_mod(mod))
     _, t["llvm_with_checks"] = _timed(lambda: tvm.compile(mod, target=ex.target).mod.inspect_source("asm"))
     with without_argument_checks():  # as the full score builds
@@ -87,6 +126,9 @@ def op_row(op: str, samples: int, seed: int) -> dict:
            "full_per_s": 1.0 / med["full_score"], "pre_per_s": 1.0 / med["pre_score"],
            "llvm_share": sum(med[k] for k in LLVM_STAGES) / med["full_score"],
            "replay_speedup": med["replay_checked"] / med["replay"],
+           "llvm_floor_per_s": 1.0 / sum(med[k] for k in LLVM_STAGES),
+           "tvm_floor_per_s": 1.0 / med["replay_tvm_calls"],
+           "tvm_share_of_pre": med["replay_tvm_calls"] / med["pre_score"],
            "no_checks_speedup": statistics.median(
                x["llvm_with_checks"] / (x["lower_and_llvm_opt"] + x["llvm_backend_asm"]) for x in times)}
     print(f"{op:20s} full {row['full_per_s']:5.1f}/s  pre {row['pre_per_s']:5.0f}/s  "
@@ -136,6 +178,12 @@ def markdown(report: dict) -> str:
               f"replay {s['replay_speedup']:.1f}x faster without TVM's Python type checks, LLVM "
               f"{s['no_checks_speedup']:.2f}x faster without the wrapper's argument checks (median over operators of "
               "the per-candidate ratios; `llvm_with_checks` is lowering, optimisation and back end with them)."]
+    if "tvm_floor_per_s" in s:
+        lines += ["", f"Floors set by TVM itself (medians over operators): LLVM alone (`lower_and_llvm_opt` + "
+                  f"`llvm_backend_asm`) allows at most {s['llvm_floor_per_s']:.1f} full scores/s; creating the "
+                  f"schedule and calling its methods during a replay (`replay_tvm_calls`, "
+                  f"{100 * s['tvm_share_of_pre']:.0f}% of the pre-score) allows at most {s['tvm_floor_per_s']:.0f} "
+                  "pre-scores/s, whatever our own Python costs."]
     ray = report.get("ray_prescore")
     if ray:
         lines += ["", f"Pre-scoring {ray['candidates']} {ray['op']} candidates through two Ray actors (median of "
@@ -161,7 +209,8 @@ def main() -> int:
               "command": "python benchmarks/scoring_speed.py " + " ".join(sys.argv[1:]), "rows": rows,
               "ray_prescore": ray,
               "summary": {k: statistics.median(r[k] for r in rows)
-                          for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup", "no_checks_speedup")}}
+                          for k in ("full_per_s", "pre_per_s", "llvm_share", "replay_speedup", "no_checks_speedup",
+                                    "llvm_floor_per_s", "tvm_floor_per_s", "tvm_share_of_pre")}}
     out = os.path.join(RESULTS, "scoring_speed" + (f"_{args.tag}" if args.tag else ""))
     with open(out + ".json", "w") as f:
         json.dump(report, f, indent=1)

@@ -270,6 +270,16 @@ def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV) -> int
     return widest
 
 
+def _loop_kind(loop: tirx.For, bindings: list[tuple[int, set[str]]]) -> str:
+    var = loop.loop_var.name
+    used = [t for t, vs in bindings if var in vs]
+    if not used:
+        return "S" if int(loop.extent) == 1 else "O"
+    if any(t == REDUCE for t in used):
+        return "R"
+    return "S" if all(t == SPATIAL for t in used) else "O"
+
+
 def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
     """For each loop around block `name` (outer to inner): "S" if it feeds only spatial iterators,
     "R" if it feeds a reduction iterator, "O" otherwise (unused by the block).
@@ -278,20 +288,12 @@ def loop_iter_kinds(sch: s_tir.Schedule, name: str) -> list[str]:
     depending on tile sizes, and kinds must not depend on decisions."""
     loops = sch.get_loops(sch.get_sblock(name))
     bindings = [(t, vs) for _, t, vs in _bindings(sch, name)]
-    kinds = []
-    for loop_rv in loops:
-        loop = sch.get(loop_rv)
-        var = loop.loop_var.name
-        used = [t for t, vs in bindings if var in vs]
-        if not used:
-            kinds.append("S" if int(loop.extent) == 1 else "O")
-        elif any(t == REDUCE for t in used):
-            kinds.append("R")
-        elif all(t == SPATIAL for t in used):
-            kinds.append("S")
-        else:
-            kinds.append("O")
-    return kinds
+    return [_loop_kind(sch.get(lp), bindings) for lp in loops]
+
+
+def loop_kind(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV) -> str:
+    """`loop_iter_kinds` of one loop around block `name` (the finishing step asks only about the innermost)."""
+    return _loop_kind(sch.get(loop), [(t, vs) for _, t, vs in _bindings(sch, name)])
 
 
 def affine_terms(expr: object) -> tuple[int, dict[str, int]] | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from .analysis import block_names, loop_iter_kinds, loop_stride_bytes
+from .analysis import block_names, loop_iter_kinds, loop_kind, loop_stride_bytes
 from .factors import divisors
 from .sketch import Decider, Step
 from .steps import UNROLL_KEY, choose
@@ -49,21 +49,19 @@ def spatial_prefix(sch: s_tir.Schedule, blocks: list[str]) -> list[s_tir.LoopRV]
     return prefix
 
 
-def _vectorizable_inner(sch: s_tir.Schedule, block: str) -> s_tir.LoopRV | None:
+def vectorizable_inner(sch: s_tir.Schedule, block: str) -> s_tir.LoopRV | None:
+    """The innermost loop of `block` if it is serial, spatial and holds only the block: the loop to vectorize."""
     loops = sch.get_loops(sch.get_sblock(block))
     if not loops:
         return None
     inner = sch.get(loops[-1])
-    if inner.kind != SERIAL or loop_iter_kinds(sch, block)[-1] != "S":
+    if inner.kind != SERIAL or not isinstance(inner.body, s_tir.SBlockRealize):
         return None
-    if not isinstance(inner.body, s_tir.SBlockRealize):
-        return None
-    return loops[-1]
+    return loops[-1] if loop_kind(sch, block, loops[-1]) == "S" else None
 
 
-def vectorize_inner(sch: s_tir.Schedule, block: str, cap: int) -> None:
-    """Vectorize the innermost spatial loop of `block`, splitting it to at most `cap` lanes."""
-    loop = _vectorizable_inner(sch, block)
+def vectorize_inner(sch: s_tir.Schedule, loop: s_tir.LoopRV | None, cap: int) -> None:
+    """Vectorize `loop` (a block's `vectorizable_inner`), splitting it to at most `cap` lanes."""
     if loop is None:
         return
     extent = int(sch.get(loop).extent)
@@ -78,10 +76,9 @@ def vectorize_inner(sch: s_tir.Schedule, block: str, cap: int) -> None:
         sch.vectorize(inner)
 
 
-def gathers(sch: s_tir.Schedule, block: str, line_bytes: int) -> bool:
-    """The lanes of `block`'s vectorizable loop fall `line_bytes` or more apart in one of its inputs (buffers it
-    only reads): each lane is a load of its own, inside the body that auto-unrolling copies."""
-    loop = _vectorizable_inner(sch, block)
+def gathers(sch: s_tir.Schedule, block: str, loop: s_tir.LoopRV | None, line_bytes: int) -> bool:
+    """The lanes of `block`'s vectorizable loop `loop` fall `line_bytes` or more apart in one of its inputs (buffers
+    it only reads): each lane is a load of its own, inside the body that auto-unrolling copies."""
     if loop is None:
         return False
     stride = loop_stride_bytes(sch, block, loop)
@@ -152,10 +149,12 @@ class FinishCPU(Step):
                 continue
             depth, cap, unroll = chosen[head]
             limited = self.gather_lanes is not None or self.gather_unroll is not None
-            gathering = [b for b in blocks if limited and gathers(sch, b, self.gather_bytes)]
+            # each block's innermost loop holds that block alone, so vectorizing one leaves the others' handles valid
+            inner = {b: vectorizable_inner(sch, b) for b in blocks}
+            gathering = [b for b in blocks if limited and gathers(sch, b, inner[b], self.gather_bytes)]
             for b in blocks:
                 lanes = cap if b not in gathering or self.gather_lanes is None else min(cap, self.gather_lanes)
-                vectorize_inner(sch, b, lanes)
+                vectorize_inner(sch, inner[b], lanes)
             if gathering and self.gather_unroll is not None:
                 unroll = min(unroll, self.gather_unroll)
             prefix = spatial_prefix(sch, blocks)
