@@ -14,7 +14,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.calibrate import fit_log_ranking, parallel_region_cycles
 from drytune.costmodel.cpu_features import FEATURE_NAMES
-from drytune.costmodel.dataset import MeasuredRow, read_rows
+from drytune.costmodel.dataset import MeasuredRow, program_digest, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
 
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
@@ -76,6 +76,7 @@ def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
         mod = cand.to_mod()
         import tvm
 
+        entry["program"] = program_digest(mod)
         entry["tir_flops"] = float(tvm.s_tir.analysis.estimate_tir_flops(mod))
         out.append(entry)
     return out
@@ -200,10 +201,18 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
                              workers=os.cpu_count() or 1)
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
+    stale = unchecked = 0
     for r in rows:
         e = feats.get(_row_key(r))
         if r.ok and e is not None and "values" in e:
+            if r.program is None or "program" not in e:
+                unchecked += 1
+            elif r.program != e["program"]:  # the candidate now replays to another program than the one timed
+                stale += 1
+                continue
             by_op.setdefault(r.op, []).append((r, e))
+    print(f"{stale} measured rows dropped: their candidates replay to other programs than those timed; {unchecked} "
+          "rows predate program digests and are not checked", flush=True)
     target, spec = dt.resolve_target("llvm")
     cpu = str(dict(target.attrs).get("mcpu", "")) or None
     # first-principles file (never fitted), and the shipped calibrated one for this CPU if any (fitted on every

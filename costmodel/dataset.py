@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+import tvm_ffi
 
 from ..annotate.candidate import Candidate
 from ..space import SearchSpace
@@ -32,6 +34,7 @@ class MeasuredRow:
     times: tuple[float, ...]
     error: str | None = None
     source: str = "random"  # "random": a uniform sample of the space; "search": a search's best predictions
+    program: str | None = None  # `program_digest` of the module that was timed (None in rows older than it)
 
     def candidate(self, space: SearchSpace) -> Candidate:
         return Candidate.from_json(space.task, space.sketch(self.sketch), self.decisions)
@@ -53,10 +56,17 @@ def read_rows(path: str) -> list[MeasuredRow]:
             try:
                 d = json.loads(line)
                 rows.append(MeasuredRow(d["op"], d["target"], d["sketch"], d["decisions"], float(d["seconds"]),
-                                        tuple(d["times"]), d.get("error"), d.get("source", "random")))
+                                        tuple(d["times"]), d.get("error"), d.get("source", "random"),
+                                        d.get("program")))
             except (json.JSONDecodeError, KeyError) as err:
                 log.warning("%s:%d skipped (%s)", path, lineno, err)
     return rows
+
+
+def program_digest(mod: tvm.IRModule) -> str:
+    """A short structural hash of a scheduled module: whether a row's candidate still replays to the program that
+    was timed (sketch and finishing code change between sessions; decisions alone do not pin the program)."""
+    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
 
 
 def _append(path: str, row: MeasuredRow) -> None:
@@ -101,6 +111,6 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str = "rand
                 res = measure_modules([mod], task.target, number=1, repeat=repeat, timeout_s=timeout_s,
                                       flush_cache=flush_cache, worker=worker)[0]
                 row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
-                                  res.seconds, tuple(res.times), res.error, source)
+                                  res.seconds, tuple(res.times), res.error, source, program_digest(mod))
             _append(path, row)
             yield row

@@ -21,7 +21,7 @@ from drytune.costmodel.calibrate import (
     parallel_regions_module,
 )
 from drytune.costmodel.cpu_features import FEATURE_NAMES
-from drytune.costmodel.dataset import measure_candidates, read_rows
+from drytune.costmodel.dataset import measure_candidates, program_digest, read_rows
 from drytune.costmodel.model import (
     COEFF_DIR,
     GPU_TERM_NAMES,
@@ -175,15 +175,19 @@ def test_measured_rows_keep_their_source_and_are_not_measured_twice(tmp_path) ->
     cands = dt.SearchSpace(task).sample(3, seed=4)
     rows = list(measure_candidates(cands[:2], path, source="search", repeat=1))
     assert len(rows) == 2 and all(r.ok and r.source == "search" for r in rows)
-    with open(path) as f:  # a row written before rows had a source
+    with open(path) as f:  # a row written before rows had a source or a program digest
         old = json.loads(f.readline())
-    del old["source"]
+    del old["source"], old["program"]
     with open(path, "a") as f:
         f.write(json.dumps(old | {"decisions": {**old["decisions"], "legacy": 1}}) + "\n")
     again = list(measure_candidates(cands, path, repeat=1))  # the first two are in the file already
     assert len(again) == 1 and again[0].source == "random"
     assert again[0].decisions not in [r.decisions for r in rows]
     assert [r.source for r in read_rows(path)] == ["search", "search", "random", "random"]
+    # each row names the program it timed, so a later change to the replay shows up as a different digest
+    assert [r.program for r in read_rows(path)][:2] == [program_digest(c.to_mod()) for c in cands[:2]]
+    assert read_rows(path)[2].program is None and read_rows(path)[3].program == program_digest(cands[2].to_mod())
+    assert len({r.program for r in rows}) == 2
 
 
 def test_coefficients_are_chosen_by_cpu_model_then_architecture() -> None:
