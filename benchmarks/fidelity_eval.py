@@ -126,6 +126,36 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
     return cache
 
 
+def scorable(rows: list[MeasuredRow], feats: dict[str, dict]) -> list[tuple[MeasuredRow, dict]]:
+    """Rows paired with their feature entries where both are usable: measured, scored, and timed on the program
+    their candidate replays to now (rows older than program digests cannot be checked and are kept)."""
+    out, stale, unchecked = [], 0, 0
+    for r in rows:
+        e = feats.get(_row_key(r))
+        if r.ok and e is not None and "values" in e:
+            if r.program is None or "program" not in e:
+                unchecked += 1
+            elif r.program != e["program"]:  # the candidate now replays to another program than the one timed
+                stale += 1
+                continue
+            out.append((r, e))
+    print(f"{stale} measured rows dropped: their candidates replay to other programs than those timed; {unchecked} "
+          "rows predate program digests and are not checked", flush=True)
+    return out
+
+
+def stored_rows(results_dir: str, tag: str) -> list[tuple[MeasuredRow, dict]]:
+    """`scorable` rows of a machine's fidelity data with the feature entries last stored for them (none computed)."""
+    suffix = f"_{tag}" if tag else ""
+    feats = {}
+    with open(os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl")) as f:
+        for line in f:
+            e = json.loads(line) if line.strip() else {}
+            if "values" in e:
+                feats[e["key"]] = e
+    return scorable(read_rows(os.path.join(results_dir, f"fidelity_measurements_llvm{suffix}.jsonl")), feats)
+
+
 def pairwise_accuracy(pred: np.ndarray, meas: np.ndarray) -> float:
     i, j = np.triu_indices(len(pred), 1)
     keep = meas[i] != meas[j]
@@ -201,18 +231,8 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
                              workers=os.cpu_count() or 1)
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
-    stale = unchecked = 0
-    for r in rows:
-        e = feats.get(_row_key(r))
-        if r.ok and e is not None and "values" in e:
-            if r.program is None or "program" not in e:
-                unchecked += 1
-            elif r.program != e["program"]:  # the candidate now replays to another program than the one timed
-                stale += 1
-                continue
-            by_op.setdefault(r.op, []).append((r, e))
-    print(f"{stale} measured rows dropped: their candidates replay to other programs than those timed; {unchecked} "
-          "rows predate program digests and are not checked", flush=True)
+    for r, e in scorable(rows, feats):
+        by_op.setdefault(r.op, []).append((r, e))
     target, spec = dt.resolve_target("llvm")
     cpu = str(dict(target.attrs).get("mcpu", "")) or None
     # first-principles file (never fitted), and the shipped calibrated one for this CPU if any (fitted on every

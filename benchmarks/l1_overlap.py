@@ -23,7 +23,7 @@ import sys
 import time
 
 import numpy as np
-from fidelity_eval import metrics
+from fidelity_eval import metrics, stored_rows
 from report_files import RESULTS, write_report
 
 import drytune as dt
@@ -45,21 +45,11 @@ def overlapped(X: np.ndarray, rate: float | None) -> np.ndarray:
 
 def load_suite(tag: str) -> tuple[dict[str, list], dict[str, list]]:
     """Per operator: (seconds, feature values) of the random samples, and of a search's measured best predictions."""
-    feats = {}
-    with open(os.path.join(RESULTS, f"fidelity_features_llvm_{tag}.jsonl")) as f:
-        for line in f:
-            e = json.loads(line)
-            if "values" in e:
-                feats[e["key"]] = e["values"]
     random_rows: dict[str, list] = {}
     searched: dict[str, list] = {}
-    with open(os.path.join(RESULTS, f"fidelity_measurements_llvm_{tag}.jsonl")) as f:
-        for line in f:
-            m = json.loads(line)
-            v = feats.get(json.dumps([m["op"], m["sketch"], m["decisions"]], sort_keys=True))
-            if m.get("seconds") and v is not None:
-                into = random_rows if m.get("source") == "random" else searched
-                into.setdefault(m["op"], []).append((m["seconds"], v))
+    for r, e in stored_rows(RESULTS, tag):
+        into = random_rows if r.source == "random" else searched
+        into.setdefault(r.op, []).append((r.seconds, e["values"]))
     return random_rows, searched
 
 

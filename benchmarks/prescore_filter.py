@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 
 import numpy as np
+from fidelity_eval import stored_rows
 
 import drytune as dt
 from drytune.costmodel.model import Coefficients, default_coefficients_path
@@ -25,20 +25,9 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def load(tag: str, coef: np.ndarray) -> dict[str, np.ndarray]:
     """Per operator: rows of (measured seconds, pre-score, full score)."""
-    suffix = f"_{tag}" if tag else ""
-    feats = {}
-    with open(os.path.join(RESULTS, f"fidelity_features_llvm{suffix}.jsonl")) as f:
-        for line in f:
-            e = json.loads(line)
-            if "values" in e:
-                feats[e["key"]] = e
     rows = collections.defaultdict(list)
-    with open(os.path.join(RESULTS, f"fidelity_measurements_llvm{suffix}.jsonl")) as f:
-        for line in f:
-            m = json.loads(line)
-            e = feats.get(json.dumps([m["op"], m["sketch"], m["decisions"]], sort_keys=True))
-            if m.get("seconds") and e is not None:
-                rows[m["op"]].append((m["seconds"], e["prescore"], float(np.dot(coef, e["values"]))))
+    for r, e in stored_rows(RESULTS, tag):
+        rows[r.op].append((r.seconds, e["prescore"], float(np.dot(coef, e["values"]))))
     return {op: np.array(r) for op, r in rows.items()}
 
 
