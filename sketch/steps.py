@@ -194,8 +194,10 @@ def _position(sch: s_tir.Schedule, loops: list[s_tir.LoopRV], target: s_tir.Loop
 class RFactor(Step):
     """Reduction factorization: split the (fused) reduction and make one part a spatial axis.
 
-    `variant="outer"` factors the outer part (parallel partial sums), `"inner"` the inner part
-    (vectorizable partial sums).
+    `variant="outer"` factors the outer part (parallel partial sums, indexed first: rf[ro, s...]), `"inner"`
+    the inner part (vectorizable partial sums, indexed last: rf[s..., ri], so that the vectorized loop over ri
+    writes consecutive floats; indexed first they lie a whole output apart, and a 7x7 global pool of 2048
+    channels ran 1.2-9x slower, Zen 4, README).
     """
 
     block: str
@@ -209,7 +211,10 @@ class RFactor(Step):
         r_loops = [lp for lp, k in zip(loops, kinds, strict=True) if k == "R"]
         fused = sch.fuse(*r_loops, preserve_unit_iters=True) if len(r_loops) > 1 else r_loops[0]
         outer, inner = tile_loop(sch, fused, decider, f"{self.block}/rf", 2, self.max_innermost)
-        sch.rfactor(inner if self.variant == "inner" else outer, factor_axis=0)
+        if self.variant == "inner":
+            sch.rfactor(inner, factor_axis=len(sch.get(block).writes[0].source.shape))
+        else:
+            sch.rfactor(outer, factor_axis=0)
 
 
 @dataclass(frozen=True)

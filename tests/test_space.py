@@ -192,6 +192,17 @@ def test_cpu_nest_may_stay_serial_and_still_match_the_unscheduled_program() -> N
     assert all(0 not in h.options for s in off.sketches for h in s.holes if h.kind == "parallel")
 
 
+def test_inner_rfactor_indexes_its_vector_of_partial_sums_last() -> None:
+    # the vectorized loop over the inner reduction part then writes consecutive floats of one output's sums
+    task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
+    space = dt.SearchSpace(task)
+    sketch = next(s for s in space.sketches if any(getattr(st, "variant", "") == "inner" for st in s.steps))
+    cand = dt.Candidate(task, sketch, sample_decisions(sketch, np.random.default_rng(0)))
+    buffers = {b.name: [int(x) for x in b.shape] for b in cand.to_mod()["main"].body.block.alloc_buffers}
+    assert buffers["pool_sum.rf"][:-1] == buffers["pool_sum"]  # (1, C, 1, 1, lanes), not (lanes, 1, C, 1, 1)
+    assert check_candidate(task, cand).ok
+
+
 def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
     steps: set[int] = set()
     lanes: set[int] = set()
