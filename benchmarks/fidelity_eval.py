@@ -84,7 +84,7 @@ def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
 
 def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1) -> dict[str, dict]:
     """Features of every measured row, cached in `cache_path`; entries computed by other feature code (another
-    `feature_code_version`) are recomputed."""
+    `feature_code_version`) or from another program than the row's are recomputed."""
     cache: dict[str, dict] = {}
     stale = 0
     version = feature_code_version()
@@ -103,7 +103,10 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
             out.writelines(json.dumps(e) + "\n" for e in cache.values())
     todo: dict[str, list[dict]] = {}
     for r in rows:
-        if r.ok and _row_key(r) not in cache:
+        cached = cache.get(_row_key(r))
+        # an entry computed from another program than the row timed (the row was measured again since) is redone
+        redo = cached is None or (r.program is not None and cached.get("program") not in (None, r.program))
+        if r.ok and redo:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
     jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
