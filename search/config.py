@@ -70,3 +70,4 @@ class TuneConfig:
     prescore_oversample: int = 8  # proposed per slot when the model has a cheaper prescore (it costs ~1/50 of a
     # full score; benchmarks/results/prescore_filter_znver3.md: best of 3 full scores 0.71 of the best at 4x, 0.76 8x)
     check_attempts: int = 8  # candidates tried, best first, until one passes the numeric check
+    verify_rounds: int = 3  # verify_top_k: rounds timing each of the k once, in turn; the median decides

@@ -6,6 +6,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 
 from ..annotate.candidate import Candidate
@@ -50,7 +51,21 @@ def runs_here(target: tvm.target.Target) -> bool:
     return wanted <= {str(f) for f in codegen.llvm_get_cpu_features(host)}
 
 
-def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, attempts: int = 8) -> Selection:
+def measure_interleaved(task: Task, candidates: list[Candidate], rounds: int) -> np.ndarray:
+    """Median measured seconds of each candidate over `rounds` rounds that time every candidate once, in turn (the
+    first round also checks outputs; failures are inf). One pass in order would credit a slow phase of the machine,
+    or work still winding down after a search, to whichever candidate it fell on."""
+    per_round = [measure(task, candidates, check=True)]
+    for _ in range(rounds - 1):
+        ok = [i for i, t in enumerate(per_round[0]) if math.isfinite(t)]
+        again = np.full(len(candidates), np.inf)
+        again[ok] = measure(task, [candidates[i] for i in ok])
+        per_round.append(again)
+    return np.median(np.array(per_round), axis=0)
+
+
+def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify_rounds: int = 3,
+                attempts: int = 8) -> Selection:
     """The best candidate that passes the check, by measured time among the verified top-k, else by prediction.
 
     The check compares the output with the unscheduled program's when the target runs on this CPU; otherwise
@@ -66,7 +81,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, attempts
     if verify_top_k > 0:
         if local:
             head = top[:verify_top_k]
-            times = measure(task, [c for c, _ in head], check=True)
+            times = measure_interleaved(task, [c for c, _ in head], verify_rounds)
             measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
             ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])
             order = [(c, p) for c, p, _ in ranked] + [x for x in top if x[0] not in {c for c, _, _ in ranked}]

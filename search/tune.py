@@ -133,7 +133,8 @@ def tune(
     finally:
         if own_scorer:
             scorer.close()
-    chosen = select_best(task, tuner.archive, verify_top_k=verify_top_k, attempts=config.check_attempts)
+    chosen = select_best(task, tuner.archive, verify_top_k=verify_top_k, verify_rounds=config.verify_rounds,
+                         attempts=config.check_attempts)
     return TuneResult(
         task=task, best=chosen.best, predicted=chosen.predicted, measured=chosen.measured, curve=tuner.curve,
         trials=tuner.trials, resumed=tuner.resumed, invalid=tuner.invalid, measured_top=chosen.measured_top,

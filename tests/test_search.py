@@ -157,6 +157,28 @@ def _aborting_model(marker: str):
     return lambda target: AbortOnPoison(target)
 
 
+def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(gemm: dt.Task, monkeypatch) -> None:
+    from drytune.search import select
+
+    calls = []
+
+    def recording(task, cands, **kw):
+        times = real(task, cands, **kw)
+        calls.append(([c.key for c in cands], kw.get("check", False), times))
+        return times
+
+    real = select.measure
+    monkeypatch.setattr(select, "measure", recording)
+    good = dt.SearchSpace(gemm).sample(2, seed=4)
+    tile = next(k for k, v in good[0].decisions.items() if isinstance(v, tuple))
+    broken = dt.Candidate(gemm, good[0].sketch, {**good[0].decisions, tile: (7,) * len(good[0].decisions[tile])})
+    times = select.measure_interleaved(gemm, [good[0], broken, good[1]], rounds=3)
+    assert [(len(keys), check) for keys, check, _ in calls] == [(3, True), (2, False), (2, False)]
+    assert np.isinf(times[1]) and np.isfinite(times[[0, 2]]).all()
+    rounds = np.array([calls[0][2][[0, 2]], calls[1][2], calls[2][2]])
+    assert np.array_equal(times[[0, 2]], np.median(rounds, axis=0))
+
+
 def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None:
     cands = dt.SearchSpace(gemm).sample(10, seed=5)
     with RayScorer(None, num_workers=2) as scorer:
