@@ -104,8 +104,9 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
     todo: dict[str, list[dict]] = {}
     for r in rows:
         cached = cache.get(_row_key(r))
-        # an entry computed from another program than the row timed (the row was measured again since) is redone
-        redo = cached is None or (r.program is not None and cached.get("program") not in (None, r.program))
+        # a row that records the program it timed gets features of that program (entries computed before digests,
+        # or from the program the candidate replayed to before the row was measured again, are redone)
+        redo = cached is None or (r.program is not None and cached.get("program") != r.program)
         if r.ok and redo:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
     jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
@@ -126,6 +127,11 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
                 out.flush()
         if pool is not None:
             pool.close()
+        with open(cache_path) as f:
+            stored = sum(1 for line in f if line.strip())
+        if len(cache) < stored:  # entries were redone: keep only the latest of each
+            with open(cache_path, "w") as out:
+                out.writelines(json.dumps(e) + "\n" for e in cache.values())
     return cache
 
 
