@@ -102,6 +102,7 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
         with open(cache_path, "w") as out:
             out.writelines(json.dumps(e) + "\n" for e in cache.values())
     todo: dict[str, list[dict]] = {}
+    redone = 0  # entries already in the file that are computed again (the file keeps both until rewritten)
     for r in rows:
         cached = cache.get(_row_key(r))
         # a row that records the program it timed gets features of that program (entries computed before digests,
@@ -109,6 +110,7 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
         redo = cached is None or (r.program is not None and cached.get("program") != r.program)
         if r.ok and redo:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
+            redone += cached is not None
     jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
         count = sum(len(chunk) for _, chunk, _ in jobs)
@@ -127,9 +129,7 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
                 out.flush()
         if pool is not None:
             pool.close()
-        with open(cache_path) as f:
-            stored = sum(1 for line in f if line.strip())
-        if len(cache) < stored:  # entries were redone: keep only the latest of each
+        if redone:  # keep only the latest entry of each row
             with open(cache_path, "w") as out:
                 out.writelines(json.dumps(e) + "\n" for e in cache.values())
     return cache

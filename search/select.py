@@ -56,8 +56,8 @@ def measure_interleaved(task: Task, candidates: list[Candidate], rounds: int) ->
     first round also checks outputs; failures are inf). One pass in order would credit a slow phase of the machine,
     or work still winding down after a search, to whichever candidate it fell on."""
     per_round = [measure(task, candidates, check=True)]
+    ok = [i for i, t in enumerate(per_round[0]) if math.isfinite(t)]
     for _ in range(rounds - 1):
-        ok = [i for i, t in enumerate(per_round[0]) if math.isfinite(t)]
         again = np.full(len(candidates), np.inf)
         again[ok] = measure(task, [candidates[i] for i in ok])
         per_round.append(again)
