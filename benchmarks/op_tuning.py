@@ -231,8 +231,11 @@ def main() -> int:
                     mods[name] = ver.best.to_mod()
             ms_mod, ms_trials, ms_wall = metaschedule_at_budget(op, budget)
             info["metaschedule"] = {"wall_s": ms_wall, "trials": ms_trials}
-            if ms_mod is not None:
-                mods["metaschedule"] = ms_mod
+            if ms_mod is None:
+                # no measured trial in the budget: what MetaSchedule leaves its user is the unscheduled program
+                info["metaschedule"]["fallback"] = "unscheduled program (no MetaSchedule record in the budget)"
+                ms_mod = task.mod
+            mods["metaschedule"] = ms_mod
             timer = torch_matmul_timer(op)
             extra = {"torch": timer} if timer else None
             times = interleaved(mods, task.target, extra=extra)
