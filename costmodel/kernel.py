@@ -72,7 +72,12 @@ class KernelConfig:
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
+    slp_strided: bool = False  # credit SLP packing of copies whose loads walk memory in a small stride (interleaved)
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
+    # LLVM's loop vectorizer gathers a strided load of a multiply-add body whose copies reach into the next lane's
+    # elements (a 3-wide window at stride 2: offsets 0, 1, 2), on every AVX-512 CPU checked (znver4, znver5,
+    # skylake-avx512); a depthwise stride-2 candidate predicted first ran 3.4x slower than the best sample (README)
+    overlapping_strides_gather: bool = False
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
@@ -132,8 +137,9 @@ class KernelConfig:
         kept for the operands of the FMAs. Pipes count full-width vectors even where they are double pumped
         (`HardwareSpec.pump`, Zen 4): halving them ranked no better on the Zen 4 data (README)."""
         vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
+        avx512 = spec.arch == "x86" and spec.vector_bits >= 512
         return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2, gapped_strides_gather=spec.llvm_gathers,
-                   gather_vectorize=spec.arch == "x86" and spec.vector_bits >= 512)
+                   gather_vectorize=avx512, overlapping_strides_gather=avx512)
 
 
 @dataclass
@@ -222,6 +228,13 @@ def _interleave_has_gaps(acc: Access, stride: int, body: dict[str, int]) -> bool
         if coeffs.get(var):
             residues = {(r + coeffs[var] * i) % stride for r in residues for i in range(extent)}
     return len(residues) < stride
+
+
+def _copies_overlap(acc: Access, stride: int, body: dict[str, int]) -> bool:
+    """Whether the copies of `acc` in the unrolled body reach `stride` elements or more past the first, i.e. into the
+    elements of the next vector lane (a 3-wide window at stride 2)."""
+    coeffs = _memory_indices(acc)[-1].coeffs
+    return sum(abs(coeffs.get(var, 0)) * (extent - 1) for var, extent in body.items()) >= stride
 
 
 def _access_vars(acc: Access) -> set[str]:
@@ -407,7 +420,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         vec_loop = next((lp for lp in body if lp.extent >= cfg.slp_min and lp.var in out_vars
                          and _access_kind(out, lp.var) == "contig"
                          and lp.var not in leaf.guard_vars
-                         and no_gathers(lp.var)), None)
+                         and no_gathers(lp.var)
+                         and (cfg.slp_strided or all(_access_kind(a, lp.var) in ("contig", "scalar")
+                                                     for a in in_memory))), None)
         vec = vec_loop.var if vec_loop is not None else None
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
@@ -458,7 +473,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             shuffles += n * e_v * cfg.lane_insert_cost / share
         elif kind == "strided":
             stride = _vector_stride(a, vec) or 1
-            if cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled):
+            if (cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled)) or (
+                    cfg.overlapping_strides_gather and vectorized_iterating and leaf.ops.get("fma")
+                    and _copies_overlap(a, stride, unrolled)):
                 gathers += n * e_v / share
             else:  # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
                 loads += n * vops * stride / share
