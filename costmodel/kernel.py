@@ -72,7 +72,9 @@ class KernelConfig:
     auto_vectorize_min: int = 8  # shortest loop LLVM's vectorizer is credited for
     slp_vectorize: bool = True  # credit LLVM's SLP vectorization of an unrolled contiguous spatial loop
     slp_min: int = 4  # fewest copies the SLP vectorizer is credited for packing
-    slp_strided: bool = False  # credit SLP packing of copies whose loads walk memory in a small stride (interleaved)
+    # credit SLP packing of a multiply-add body's copies whose loads walk memory in a small stride (pooling windows,
+    # copies and max keep it: they interleave)
+    slp_strided: bool = False
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
     # LLVM's loop vectorizer gathers a strided load of a multiply-add body whose copies reach into the next lane's
     # elements (a 3-wide window at stride 2: offsets 0, 1, 2), on every AVX-512 CPU checked (znver4, znver5,
@@ -421,8 +423,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                          and _access_kind(out, lp.var) == "contig"
                          and lp.var not in leaf.guard_vars
                          and no_gathers(lp.var)
-                         and (cfg.slp_strided or all(_access_kind(a, lp.var) in ("contig", "scalar")
-                                                     for a in in_memory))), None)
+                         and (cfg.slp_strided or not leaf.ops.get("fma")
+                              or all(_access_kind(a, lp.var) in ("contig", "scalar") for a in in_memory))), None)
         vec = vec_loop.var if vec_loop is not None else None
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
