@@ -54,11 +54,12 @@ def _leaf_and_path(tree: LoopTree, block: str) -> tuple[StmtLeaf, list[LoopNode]
     raise KeyError(block)
 
 
-def _details(sch: s_tir.Schedule, block: str = "C_update", cfg: KernelConfig = CFG) -> tuple[float, dict]:
+def _details(sch: s_tir.Schedule, block: str = "C_update", cfg: KernelConfig = CFG,
+             spec: dt.HardwareSpec = SPEC) -> tuple[float, dict]:
     tree = LoopTree.from_mod(sch.mod)
     leaf, path = _leaf_and_path(tree, block)
     det: dict = {}
-    cycles, _ = statement_cycles(leaf, path, SPEC, cfg, det)
+    cycles, _ = statement_cycles(leaf, path, spec, cfg, det)
     return cycles, det
 
 
@@ -733,13 +734,10 @@ def test_avx512_gathers_a_stride_2_window_whose_copies_overlap_the_next_lane():
     for mcpu in ("znver4", "skylake-avx512"):
         target, spec = dt.resolve_target({"kind": "llvm", "mcpu": mcpu})
         assert "\tvgather" in tvm.compile(sch.mod, target=target).mod.inspect_source("asm"), mcpu
-        leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "Y_update")
-        det: dict = {}
-        statement_cycles(leaf, path, spec, KernelConfig.for_spec(spec), det)
+        cfg = KernelConfig.for_spec(spec)
+        _, det = _details(sch, "Y_update", cfg, spec)
         assert det["lanes"] == 14 and det["gathers"] > 0 and det["shuffle"] == 0, mcpu
-        det_off: dict = {}
-        statement_cycles(leaf, path, spec, dataclasses.replace(KernelConfig.for_spec(spec),
-                                                               overlapping_strides_gather=False), det_off)
+        _, det_off = _details(sch, "Y_update", dataclasses.replace(cfg, overlapping_strides_gather=False), spec)
         assert det_off["gathers"] == 0 and det_off["shuffle"] > 0, mcpu
 
 
@@ -751,11 +749,8 @@ def test_slp_packing_is_not_credited_over_strided_copies():
     target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
     asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
     assert "vfmadd231ss" in asm or "vfmadd213ss" in asm  # some copies stay scalar
-    leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "Y_update")
     cfg = KernelConfig.for_spec(spec)
-    det: dict = {}
-    statement_cycles(leaf, path, spec, cfg, det)
+    _, det = _details(sch, "Y_update", cfg, spec)
     assert det["lanes"] == 1
-    packed: dict = {}
-    statement_cycles(leaf, path, spec, dataclasses.replace(cfg, slp_strided=True), packed)
+    _, packed = _details(sch, "Y_update", dataclasses.replace(cfg, slp_strided=True), spec)
     assert packed["lanes"] == 14 and packed["fp"] < det["fp"]
