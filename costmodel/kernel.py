@@ -113,6 +113,11 @@ class KernelConfig:
     # search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted, 16-FMA loops 1.2x.
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
+    # Cycles per cache line that a nest reads from an intermediate another core wrote in an earlier nest (a parallel
+    # nest read by a serial one, or two parallel nests that split the buffer differently). The two vCPUs of these
+    # machines share a line in ~30 ns or, in other phases, ~170 ns (a ping-pong between them, README "Lines that
+    # change cores"): global_avg_pool's sum read serially after its parallel partial sums ran 6.3 or 17.7 us.
+    remote_line_cycles: float = 40.0
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
     # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
@@ -593,17 +598,22 @@ def libm_lane_cycles(tree: LoopTree, cfg: KernelConfig | None = None) -> float:
 
 def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None = None) -> KernelEstimate:
     """Compute cycles of the whole program per core: each root nest's statements divided by its parallel
-    speed-up on `spec.cores` (ceil load imbalance over the first parallel loop)."""
+    speed-up on `spec.cores` (ceil load imbalance over the first parallel loop), plus the lines it reads that
+    other cores wrote (`remote_lines`)."""
     cfg = cfg or KernelConfig()
     per_core = serial = 0.0
     bounds: dict[str, float] = {}
     registers = register_buffers(tree, spec, cfg)
-    for root, items in _paths(tree):
+    remote = remote_lines(tree, spec.cores) if cfg.remote_line_cycles else [0.0] * len(tree.roots)
+    for (root, items), lines in zip(_paths(tree), remote, strict=True):
         nest = 0.0
         for leaf, path in items:
             c, b = statement_cycles(leaf, path, spec, cfg, registers=registers)
             nest += c
             bounds[b] = bounds.get(b, 0.0) + c
+        if lines:
+            nest += lines * cfg.remote_line_cycles
+            bounds["remote"] = bounds.get("remote", 0.0) + lines * cfg.remote_line_cycles
         par = _first_parallel_extent(root)
         speed = par / math.ceil(par / spec.cores) if par > 1 else 1.0
         serial += nest
@@ -611,12 +621,65 @@ def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None =
     return KernelEstimate(per_core, serial, bounds)
 
 
-def _first_parallel_extent(root) -> int:
+def _first_parallel_loop(root) -> LoopNode | None:
     stack = [root]
     while stack:
         n = stack.pop()
         if isinstance(n, LoopNode):
             if n.kind == "parallel":
-                return n.extent
+                return n
             stack.extend(n.children)
-    return 1
+    return None
+
+
+def _first_parallel_extent(root) -> int:
+    loop = _first_parallel_loop(root)
+    return loop.extent if loop is not None else 1
+
+
+def _split_by_thread(acc: Access, loop: LoopNode | None) -> tuple | None:
+    """How a nest splits `acc`'s buffer between threads: its indices along the parallel loop alone (every other
+    loop at 0, the loop renamed), with the loop's extent; None for a serial nest (all on the calling thread)."""
+    if loop is None or loop.extent <= 1:
+        return None
+    only = {loop.var: loop.extent}
+    common = {loop.var: IndexExpr.var("_thread_split")}
+    return loop.extent, tuple(str(ix.specialize(only).substitute(common, {"_thread_split": loop.extent}))
+                              for ix in acc.indices)
+
+
+def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float]:
+    """Per root nest, the cache lines it reads of buffers that an earlier nest wrote and that the two nests split
+    differently between threads (one of them serial, or another split along their parallel loops): with TVM's
+    static chunks, all but 1/cores of them were written on another core."""
+    written: dict[str, tuple[tuple | None, int]] = {}  # buffer -> (writer's split, lines)
+    out: list[float] = []
+    for root in tree.roots:
+        loop = _first_parallel_loop(root)
+        leaves = list(_leaves(root))
+        lines = 0.0
+        counted: set[str] = set()
+        for leaf in leaves:
+            for acc in leaf.accesses:
+                if acc.is_write or acc.buffer not in written or acc.buffer in counted:
+                    continue
+                split, n_lines = written[acc.buffer]
+                mine = _split_by_thread(acc, loop)
+                if (split, mine) != (None, None) and split != mine:
+                    lines += n_lines * (cores - 1) / cores
+                    counted.add(acc.buffer)
+        for leaf in leaves:
+            for acc in leaf.accesses:
+                if acc.is_write and acc.storage_shape is None:  # allocated inside a loop: never leaves its nest
+                    size = math.prod(acc.shape) * acc.dtype_bytes
+                    written[acc.buffer] = (_split_by_thread(acc, loop), -(-size // line_bytes))
+        out.append(lines)
+    return out
+
+
+def _leaves(node):
+    if isinstance(node, StmtLeaf):
+        yield node
+        return
+    for child in getattr(node, "children", ()):
+        yield from _leaves(child)

@@ -20,6 +20,7 @@ from drytune.costmodel.kernel import (
     _vector_ops,
     kernel_cycles,
     register_buffers,
+    remote_lines,
     statement_cycles,
 )
 from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
@@ -305,6 +306,38 @@ def test_parallel_loop_divides_by_balanced_speedup():
     assert par.cycles == pytest.approx(serial.cycles / 2)  # 6 iterations on 2 cores
     three = kernel_cycles(LoopTree.from_mod(sch.mod), dataclasses.replace(SPEC, cores=4))
     assert three.cycles == pytest.approx(serial.cycles / 3)  # 6 on 4 cores: 2 rounds, speed-up 3
+
+
+def _two_stages() -> s_tir.Schedule:
+    """B = 2A then C = B + 1 over 64 x 256 floats, as two loop nests (B: 1024 cache lines)."""
+    A = te.placeholder((64, 256), "float32", name="A")
+    B = te.compute((64, 256), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((64, 256), lambda i, j: B[i, j] + 1.0, name="C")
+    return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, C])}))
+
+
+@pytest.mark.parametrize("split, remote", [
+    ("serial, serial", 0.0),
+    ("rows, serial", 512.0),  # half of B was written by the other core
+    ("rows, rows", 0.0),  # both nests give each core the same rows
+    ("rows, columns", 512.0),
+    ("serial, rows", 512.0),
+])
+def test_lines_written_by_another_core_are_counted_where_nests_split_a_buffer_differently(split, remote):
+    sch = _two_stages()
+    for block, how in zip(("B", "C"), split.split(", "), strict=True):
+        i, j = sch.get_loops(sch.get_sblock(block))
+        if how == "rows":
+            sch.parallel(i)
+        elif how == "columns":
+            sch.reorder(j, i)
+            sch.parallel(j)
+    tree = LoopTree.from_mod(sch.mod)
+    assert remote_lines(tree, cores=2) == [0.0, remote]
+    off = kernel_cycles(tree, SPEC, dataclasses.replace(CFG, remote_line_cycles=0.0))
+    on = kernel_cycles(tree, SPEC, CFG)
+    speed = 2.0 if split.endswith("rows") or split.endswith("columns") else 1.0
+    assert on.cycles - off.cycles == pytest.approx(remote * CFG.remote_line_cycles / speed)
 
 
 def test_double_pumped_vectors_halve_the_peak_but_not_the_kernel_pipes():
