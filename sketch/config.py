@@ -33,6 +33,11 @@ class SpaceConfig:
     # its rfactor sketches ran at 7.6 us against 17.4 us for the best plain one (Zen 4, README)
     rfactor_min_reduce: int = 16
     rfactor_space_per_core: int = 16
+    # rfactor sketches also in a variant whose final sum gets a compute-location hole in its consumer, as
+    # MetaSchedule's space has (global_avg_pool: its sum computed in the mean's parallel loop, one nest fewer).
+    # Off: in two A/B draws on norm2, softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no
+    # consistent sign, and softmax's 16 sketches (9 without) thinned its search (README, "Lines that change cores")
+    rfactor_compute_location: bool = False
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)

@@ -162,7 +162,18 @@ class AddRFactor(SketchRule):
 
     def apply(self, state, info, ctx):
         m = ctx.config.max_innermost_factor
-        return [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
+        plain = [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
+        if not ctx.config.rfactor_compute_location:
+            return plain
+        # variants: the block that sums the partial results gets a compute location in its consumer, as any
+        # other block would (one loop nest fewer: global_avg_pool's sum and mean in one parallel loop)
+        placed: list[SketchState] = []
+        for variant in ("outer", "inner"):
+            factored = state.then(RFactor(info.name, variant, m), self.name, stay=True)
+            after = factored.info(info.name)
+            if _LOCATE.condition(factored, after, ctx) is not Verdict.PASS:
+                placed += _LOCATE.apply(factored, after, ctx)
+        return plain + placed
 
 
 def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...], rows: bool = False
@@ -337,6 +348,9 @@ class RandomComputeLocation(SketchRule):
         depth = len(attach_loops(state.sch, consumer))
         others = tuple(c for c in info.consumers if c != consumer)
         return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu, others), self.name)]
+
+
+_LOCATE = RandomComputeLocation()
 
 
 class Skip(SketchRule):

@@ -203,6 +203,23 @@ def test_inner_rfactor_indexes_its_vector_of_partial_sums_last() -> None:
     assert check_candidate(task, cand).ok
 
 
+def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sketches() -> None:
+    # an option (off by default), as MetaSchedule's space has: the sum of the partial sums in the mean's loop
+    task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
+    plain = dt.SearchSpace(task)
+    space = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location=True))
+    assert [s.steps for s in space.sketches[:len(plain.sketches)]] == [s.steps for s in plain.sketches]
+    placed = [s for s in space.sketches[len(plain.sketches):] if s.rules[:2] == ("rfactor(pool_sum)",
+                                                                                 "compute-location(pool_sum)")]
+    assert len(placed) == 2  # outer and inner partial sums
+    for sketch in placed:
+        at = next(h for h in sketch.holes if h.key == "pool_sum/at")
+        decisions = sample_decisions(sketch, np.random.default_rng(0)) | {"pool_sum/at": at.options.index(1)}
+        cand = dt.Candidate(task, sketch, decisions)
+        assert len(cand.to_mod()["main"].body.block.body.seq) == 2  # partial sums; sum and mean in one nest
+        assert check_candidate(task, cand).ok
+
+
 def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
     steps: set[int] = set()
     lanes: set[int] = set()
