@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(__file__))
+from op_tuning import interleaved  # noqa: E402
 
 PING_PONG_C = r"""
 #define _GNU_SOURCE
@@ -94,24 +95,15 @@ def one_run(exe: str, rounds: int) -> dict:
     """Ping-pong before and after, and the two kernels' median seconds over `rounds` interleaved rounds."""
     import drytune as dt
     from drytune import workloads
-    from drytune.measure import MeasureWorker, measure_modules
-    from drytune.verify import random_inputs, run_module
+    from drytune.verify import check_module
 
     task = dt.Task.from_prim_func(workloads.get("global_avg_pool").prim_func(), "llvm", name="global_avg_pool")
     mods = global_avg_pool_programs()
-    inputs = random_inputs(task)
-    reference = run_module(task.mod, task, inputs)
     for name, mod in mods.items():
-        got = run_module(mod, task, inputs)
-        if not all(np.allclose(g, r, rtol=1e-4, atol=1e-5) for g, r in zip(got, reference, strict=True)):
+        if not check_module(task, mod, rtol=1e-4, atol=1e-5).ok:
             raise RuntimeError(f"{name} does not compute the unscheduled program's output")
     before = float(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
-    times: dict[str, list[float]] = {k: [] for k in mods}
-    with MeasureWorker() as worker:
-        for _ in range(rounds):
-            for name, res in zip(mods, measure_modules(list(mods.values()), task.target, number=3, repeat=3,
-                                                       min_repeat_ms=50, worker=worker), strict=True):
-                times[name].append(res.seconds)
+    times = interleaved(mods, task.target, rounds=rounds)
     after = float(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     return {"ping_pong_ns": [before, after], "median_s": med, "serial_over_parallel": med["serial_sum"] /

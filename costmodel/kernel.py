@@ -656,7 +656,7 @@ def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float
     out: list[float] = []
     for root in tree.roots:
         loop = _first_parallel_loop(root)
-        leaves = list(_leaves(root))
+        leaves = list(root.statements()) if root.is_loop else [root]
         lines = 0.0
         counted: set[str] = set()
         for leaf in leaves:
@@ -675,11 +675,3 @@ def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float
                     written[acc.buffer] = (_split_by_thread(acc, loop), -(-size // line_bytes))
         out.append(lines)
     return out
-
-
-def _leaves(node):
-    if isinstance(node, StmtLeaf):
-        yield node
-        return
-    for child in getattr(node, "children", ()):
-        yield from _leaves(child)
