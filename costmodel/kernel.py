@@ -118,6 +118,15 @@ class KernelConfig:
     # machines share a line in ~30 ns or, in other phases, ~170 ns (a ping-pong between them, README "Lines that
     # change cores"): global_avg_pool's sum read serially after its parallel partial sums ran 6.3 or 17.7 us.
     remote_line_cycles: float = 40.0
+    # Cycles per accumulator vector each time a reduction loop that keeps its accumulators in registers starts on
+    # another output tile (the loop around it walks the output): the finished tile is stored and the next one
+    # loaded between the two runs of FMA chains, not overlapped with them. A MobileNet-V2 1x1 convolution (14
+    # accumulators, reduction split 12 x 8 around 14 output tiles) ran 118 us, 102 us with the reduction whole
+    # (README, "Pumped pipes and accumulator reloads"). 0 disables.
+    accumulator_reload_cycles: float = 1.0
+    # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
+    # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
+    pump: int = 1
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
     # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
@@ -140,12 +149,13 @@ class KernelConfig:
 
     @classmethod
     def for_spec(cls, spec: HardwareSpec) -> KernelConfig:
-        """The defaults with the core's FMA pipes and vector registers (x86 has 16 below AVX-512), two of them
-        kept for the operands of the FMAs. Pipes count full-width vectors even where they are double pumped
-        (`HardwareSpec.pump`, Zen 4): halving them ranked no better on the Zen 4 data (README)."""
+        """The defaults with the core's FMA pipes, their pumping (`HardwareSpec.pump`: Zen 4's 512-bit operations
+        take a 256-bit pipe for two cycles) and vector registers (x86 has 16 below AVX-512), two of them kept for
+        the operands of the FMAs."""
         vector_regs = 16 if spec.arch == "x86" and spec.vector_bits < 512 else 32
         avx512 = spec.arch == "x86" and spec.vector_bits >= 512
-        return cls(fp_pipes=float(spec.fma_units), registers=vector_regs - 2, gapped_strides_gather=spec.llvm_gathers,
+        return cls(fp_pipes=float(spec.fma_units), pump=spec.pump, registers=vector_regs - 2,
+                   gapped_strides_gather=spec.llvm_gathers,
                    gather_vectorize=avx512, overlapping_strides_gather=avx512)
 
 
@@ -439,6 +449,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
     fp_ops = stmts * vops * fp
+    # pipe slots: a vector wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit operations)
+    fp_slots = fp_ops * (cfg.pump if cfg.pump > 1 and e_v > lanes // cfg.pump else 1)
     guarded = next((a for a in reads if a.conditional), None)
     # guards (padding checks) depend on the guarded load's indices only: LLVM computes them once per distinct
     # index in the unrolled body, not once per statement instance
@@ -494,6 +506,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             if vectorized_iterating and vops > 1 and not a.conditional:
                 broadcasts += n
     chain = 0.0
+    reload = 0.0  # cycles per body of storing and reloading register accumulators between runs of the loop
     acc_in_memory = False
     if out is not None:
         kind = _access_kind(out, vec)
@@ -503,10 +516,14 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         if is_update and inner_iter is not None and inner_iter.var not in out_vars and n_out <= cfg.registers:
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
+            if len(outer) > 1 and outer[-2].var in out_vars:
+                reload = moved * cfg.accumulator_reload_cycles / inner_iter.extent
             if cfg.join_half_vectors_above and vec_loop is not None and vec_loop.kind == "vectorized" \
                     and 2 * e_v == lanes and n_out * e_v > cfg.join_half_vectors_above \
                     and any(lp is not vec_loop and lp.extent > 1 and _vector_stride(out, lp.var) == e_v for lp in body):
-                fp_ops /= 2
+                fp_ops /= 2  # joined pairs: half the instructions; on a double-pumped pipe the same slots
+                if cfg.pump == 1:
+                    fp_slots = fp_ops
         elif in_regs:
             pass
         elif is_update:
@@ -532,7 +549,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     per_body = {
-        "fp": (fp_ops + widened * cfg.widen_cost) / cfg.fp_pipes,
+        "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
@@ -542,7 +559,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     bound = max(per_body, key=per_body.get)
     # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
     calls = stmts * e_v * lane_calls
-    body_cycles = per_body[bound] + calls + (cfg.loop_overhead if inner_iter is not None else 0.0)
+    body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if inner_iter is not None else 0.0)
     if preheader:
         body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)
@@ -552,7 +569,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        executions=executions, body_cycles=body_cycles,
                        inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
-                       accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader)
+                       accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader,
+                       reload=reload)
     return executions * body_cycles, bound
 
 
