@@ -449,8 +449,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
     fp_ops = stmts * vops * fp
-    # pipe slots: a vector wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit operations)
-    fp_slots = fp_ops * (cfg.pump if cfg.pump > 1 and e_v > lanes // cfg.pump else 1)
+    op_lanes = e_v  # lanes of one FP operation as issued (joined half vectors issue as full ones)
     guarded = next((a for a in reads if a.conditional), None)
     # guards (padding checks) depend on the guarded load's indices only: LLVM computes them once per distinct
     # index in the unrolled body, not once per statement instance
@@ -521,9 +520,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             if cfg.join_half_vectors_above and vec_loop is not None and vec_loop.kind == "vectorized" \
                     and 2 * e_v == lanes and n_out * e_v > cfg.join_half_vectors_above \
                     and any(lp is not vec_loop and lp.extent > 1 and _vector_stride(out, lp.var) == e_v for lp in body):
-                fp_ops /= 2  # joined pairs: half the instructions; on a double-pumped pipe the same slots
-                if cfg.pump == 1:
-                    fp_slots = fp_ops
+                fp_ops /= 2
+                op_lanes = 2 * e_v
         elif in_regs:
             pass
         elif is_update:
@@ -548,6 +546,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
+    # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
+    fp_slots = fp_ops * (cfg.pump if op_lanes > lanes // cfg.pump else 1)
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
