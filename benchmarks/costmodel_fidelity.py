@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--fit-out", default=None, help="also write coefficients fitted on every operator to this file")
     ap.add_argument("--launch-cycles", type=float, default=None,
                     help="cycles per parallel-region entry pinned in every fit (default: measured now; 0: fitted)")
+    ap.add_argument("--l1-hidden", type=float, default=None,
+                    help="L1 refills per kernel cycle taken as hidden in every fit (default: the shipped file's)")
     args = ap.parse_args()
     ops = args.ops.split(",")
     if args.data is None:
@@ -114,7 +116,8 @@ def main() -> int:
         return 0
     from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
 
-    return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles)
+    return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
+                    l1_hidden=args.l1_hidden)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Do L1 refills add to a kernel's compute time, or overlap it? The static score as shipped adds every line moved into
+"""Do L1 refills add to a kernel's compute time, or overlap it? The score of sessions 14-36 added every line moved into
 L1 at its fitted cycles; the variant charges only the refills beyond `rate` lines per kernel-model cycle (per core),
 the part that the prefetchers and the out-of-order window could not hide behind the kernel's own work.
 
@@ -28,19 +28,15 @@ from report_files import RESULTS, write_report
 
 import drytune as dt
 from drytune.costmodel.calibrate import fit_log_ranking
-from drytune.costmodel.cpu_features import FEATURE_NAMES
+from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.model import COEFF_DIR, Coefficients
 
-L1, KERNEL, LAUNCHES = (FEATURE_NAMES.index(n) for n in ("l1_lines", "kernel_cycles", "parallel_launches"))
+LAUNCHES = FEATURE_NAMES.index("parallel_launches")
 
 
 def overlapped(X: np.ndarray, rate: float | None) -> np.ndarray:
-    """Features with the L1 column cut to the refills beyond `rate` lines per kernel cycle (None: as shipped)."""
-    if rate is None:
-        return X
-    out = X.copy()
-    out[:, L1] = np.maximum(0.0, X[:, L1] - rate * X[:, KERNEL])
-    return out
+    """Features with the L1 column cut to the refills beyond `rate` lines per kernel cycle (None: every refill)."""
+    return hide_l1_refills(X, rate or 0.0)
 
 
 def load_suite(tag: str) -> tuple[dict[str, list], dict[str, list]]:
@@ -159,10 +155,11 @@ def main() -> int:
     lines = [f"# L1 refills: added to compute, or overlapping it ({args.tag})", "",
              f"{time.strftime('%Y-%m-%d')}. `python benchmarks/l1_overlap.py {' '.join(sys.argv[1:])}`", "",
              "rate: L1 lines per kernel-model cycle hidden behind compute (none: every line adds its cycles, as "
-             "shipped). Suite: leave-one-operator-out medians over operators of random samples; search top-1: mean "
-             "over operators of the best measured / the pick among a search's measured best predictions. Records: "
-             "per task of the network run, Spearman and first choice / fastest (median, mean), then with "
-             "MetaSchedule's kernel added to the task's records (and how often it is the first choice).", "",
+             "shipped before session 37). Suite: leave-one-operator-out medians over operators of random samples; "
+             "search top-1: mean over operators of the best measured / the pick among a search's measured best "
+             "predictions. Records: per task of the network run, Spearman and first choice / fastest (median, "
+             "mean), then with MetaSchedule's kernel added to the task's records (and how often it is the first "
+             "choice).", "",
              "| rate | suite Spearman | pairwise | top-1 | top-10 | search top-1 | records Spearman | first / fastest "
              "(mean) | with MetaSchedule's kernel: first / fastest (mean), its kernel first |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -24,9 +24,9 @@ from tvm import s_tir, te
 from ..measure import measure_modules
 from ..space import SearchSpace
 from ..task import Task
-from .cpu_features import FEATURE_NAMES
+from .cpu_features import FEATURE_NAMES, hide_l1_refills
 from .dataset import MeasuredRow, collect
-from .model import Coefficients, StaticCostModel
+from .model import L1_HIDDEN_KEY, Coefficients, StaticCostModel
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,8 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
 
     rows = [r for r in read_rows(data_path) if r.op in spaces]
     feats, secs, ops = features_of_rows(model, rows, spaces)
+    hidden = model.coefficients.l1_hidden_per_cycle  # kept from the file being replaced: a choice, not fitted here
+    feats = hide_l1_refills(feats, hidden)
     launch = parallel_region_cycles(target, model.spec.freq_ghz)
     coef = fit_log_ranking(feats, secs, model.spec.freq_ghz, groups=ops, init=model.coefficients.vector(),
                            fixed={FEATURE_NAMES.index("parallel_launches"): launch})
@@ -168,7 +170,10 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
               f"of log latency with each operator's mean removed (soft-L1 loss); median relative error of the fit "
               f"{rel:.2f}. parallel_launches is not fitted but measured ({launch:.0f} cycles per parallel-region "
               f"entry: 8 near-empty parallel nests against the same nests serial).")
+    if hidden:
+        origin += f" L1 refills up to {hidden} lines per kernel cycle taken as hidden (not fitted)."
     result = Coefficients(model.spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
-                          {"fit_median_rel_error": rel if math.isfinite(rel) else None})
+                          {"fit_median_rel_error": rel if math.isfinite(rel) else None} | (
+                              {L1_HIDDEN_KEY: hidden} if hidden else {}))
     result.save(out_path)
     return result

@@ -14,6 +14,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 
 from ..target import HardwareSpec
@@ -42,6 +43,17 @@ FEATURE_NAMES = (
     "asm_fp_serial_cycles",  # the same on one core
     "stack_mem",  # loads/stores through the stack pointer in the FP code (spills) per FP lane x TIR FP ops, per core
 )
+
+_L1_LINES, _KERNEL_CYCLES = FEATURE_NAMES.index("l1_lines"), FEATURE_NAMES.index("kernel_cycles")
+
+
+def hide_l1_refills(values, lines_per_cycle: float) -> np.ndarray:
+    """Feature values (one row or a matrix) with only the L1 refills beyond `lines_per_cycle` per kernel-model cycle
+    left in `l1_lines`: the rest stream in from L2 beside the kernel's own work (prefetchers, out-of-order window)."""
+    out = np.array(values, dtype=float)
+    if lines_per_cycle:
+        out[..., _L1_LINES] = np.maximum(0.0, out[..., _L1_LINES] - lines_per_cycle * out[..., _KERNEL_CYCLES])
+    return out
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,14 @@ from ..errors import InvalidCandidateError
 from ..target import HardwareSpec, resolve_target
 from ..task import Task
 from .base import CostModel
-from .cpu_features import FEATURE_NAMES, CPUFeatureExtractor, CPUFeatures, parallel_speedup
+from .cpu_features import FEATURE_NAMES, CPUFeatureExtractor, CPUFeatures, hide_l1_refills, parallel_speedup
 from .kernel import KernelConfig, kernel_cycles
 from .looptree import LoopTree
 
 log = logging.getLogger(__name__)
 
 COEFF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coefficients")
+L1_HIDDEN_KEY = "l1_lines_hidden_per_kernel_cycle"  # coefficients-file entry read by `Coefficients.l1_hidden_per_cycle`
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ class Coefficients:
 
     def vector(self, names: Sequence[str] = FEATURE_NAMES) -> np.ndarray:
         return np.array([self.values[n] for n in names])
+
+    @property
+    def l1_hidden_per_cycle(self) -> float:
+        """L1 refills per kernel cycle that the file's fit took as hidden behind the kernel (`hide_l1_refills`)."""
+        return float(self.extra.get(L1_HIDDEN_KEY, 0.0))
 
 
 def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
@@ -203,7 +209,8 @@ class StaticCostModel(CostModel):
         return self._cpu.extract(candidate.to_mod())
 
     def seconds_from_features(self, feats: CPUFeatures) -> float:
-        cycles = float(np.dot(self.coefficients.vector(), np.asarray(feats.values)))
+        values = hide_l1_refills(feats.values, self.coefficients.l1_hidden_per_cycle)
+        cycles = float(np.dot(self.coefficients.vector(), values))
         return cycles / (self.spec.freq_ghz * 1e9)
 
     def seconds_from_gpu_features(self, feats: Sequence) -> float:

@@ -25,6 +25,7 @@ from drytune.costmodel.dataset import measure_candidates, program_digest, read_r
 from drytune.costmodel.model import (
     COEFF_DIR,
     GPU_TERM_NAMES,
+    L1_HIDDEN_KEY,
     Coefficients,
     StaticCostModel,
     gpu_cycles,
@@ -156,6 +157,25 @@ def test_cross_targets_score_without_a_device(target: str) -> None:
     model = StaticCostModel(task.target)
     pred = model.predict(task, dt.SearchSpace(task).sample(3, seed=2))
     assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+
+
+def test_l1_refills_up_to_the_files_rate_per_kernel_cycle_cost_nothing(tmp_path) -> None:
+    """A coefficients file may take L1 refills as hidden behind the kernel's work: only the lines beyond its rate
+    per kernel-model cycle are charged, and the rate survives saving and loading the file."""
+    task = _task("gemm")
+    cand = dt.SearchSpace(task).sample(1, seed=5)[0]
+    base = StaticCostModel(task.target)
+    feats = base.features(task, cand)
+    k, lines = feats.as_dict()["kernel_cycles"], feats.as_dict()["l1_lines"]
+    assert k > 0 and lines > 0
+    weights = {n: 0.0 for n in FEATURE_NAMES} | {"kernel_cycles": 1.0, "l1_lines": 2.0}
+    hz = base.spec.freq_ghz * 1e9
+    for rate, charged in ((0.0, lines), (0.5 * lines / k, 0.5 * lines), (2.0 * lines / k, 0.0)):
+        path = str(tmp_path / f"x86-{rate}.json")
+        Coefficients("x86", weights, "test", {L1_HIDDEN_KEY: rate} if rate else {}).save(path)
+        model = StaticCostModel(task.target, coefficients=path)
+        assert model.coefficients.l1_hidden_per_cycle == rate
+        assert model.seconds_from_features(feats) * hz == pytest.approx(k + 2.0 * charged, rel=1e-9)
 
 
 def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
