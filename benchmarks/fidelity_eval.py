@@ -341,7 +341,8 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
                    "parallel nests against the same nests serial).")
     if l1_hidden:
         origin += (f" L1 refills up to {l1_hidden} lines per kernel-model cycle are taken as hidden behind the kernel "
-                   "(not fitted: chosen with benchmarks/l1_overlap.py, README 'L1 refills hidden behind compute').")
+                   "(not fitted: chosen with benchmarks/l1_overlap.py, README 'L1 refills hidden behind the kernel, "
+                   "adopted').")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                  {"fit_median_rel_error": rel} | ({L1_HIDDEN_KEY: l1_hidden} if l1_hidden else {})).save(out)
     print(f"wrote {out} (median relative error {rel:.2f})", flush=True)
