@@ -15,13 +15,7 @@ from drytune import workloads
 from drytune.costmodel.calibrate import fit_log_ranking, parallel_region_cycles
 from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.dataset import MeasuredRow, program_digest, read_rows
-from drytune.costmodel.model import (
-    COEFF_DIR,
-    L1_HIDDEN_KEY,
-    Coefficients,
-    StaticCostModel,
-    default_coefficients_path,
-)
+from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
 
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
@@ -344,7 +338,7 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
                    "(not fitted: chosen with benchmarks/l1_overlap.py, README 'L1 refills hidden behind the kernel, "
                    "adopted').")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
-                 {"fit_median_rel_error": rel} | ({L1_HIDDEN_KEY: l1_hidden} if l1_hidden else {})).save(out)
+                 {"fit_median_rel_error": rel} | Coefficients.l1_hidden_entry(l1_hidden)).save(out)
     print(f"wrote {out} (median relative error {rel:.2f})", flush=True)
 
 

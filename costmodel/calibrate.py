@@ -26,7 +26,7 @@ from ..space import SearchSpace
 from ..task import Task
 from .cpu_features import FEATURE_NAMES, hide_l1_refills
 from .dataset import MeasuredRow, collect
-from .model import L1_HIDDEN_KEY, Coefficients, StaticCostModel
+from .model import Coefficients, StaticCostModel
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
     if hidden:
         origin += f" L1 refills up to {hidden} lines per kernel cycle taken as hidden (not fitted)."
     result = Coefficients(model.spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
-                          {"fit_median_rel_error": rel if math.isfinite(rel) else None} | (
-                              {L1_HIDDEN_KEY: hidden} if hidden else {}))
+                          {"fit_median_rel_error": rel if math.isfinite(rel) else None}
+                          | Coefficients.l1_hidden_entry(hidden))
     result.save(out_path)
     return result

@@ -72,6 +72,11 @@ class Coefficients:
         """L1 refills per kernel cycle that the file's fit took as hidden behind the kernel (`hide_l1_refills`)."""
         return float(self.extra.get(L1_HIDDEN_KEY, 0.0))
 
+    @staticmethod
+    def l1_hidden_entry(rate: float) -> dict[str, float]:
+        """The extra entry that records `rate` in a file (none for 0: such a file charges every refill)."""
+        return {L1_HIDDEN_KEY: rate} if rate else {}
+
 
 def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
     """File name of a calibration for one CPU model (`x86-znver3-calibrated.json`) or, without one, the arch."""

@@ -25,7 +25,6 @@ from drytune.costmodel.dataset import measure_candidates, program_digest, read_r
 from drytune.costmodel.model import (
     COEFF_DIR,
     GPU_TERM_NAMES,
-    L1_HIDDEN_KEY,
     Coefficients,
     StaticCostModel,
     gpu_cycles,
@@ -172,7 +171,7 @@ def test_l1_refills_up_to_the_files_rate_per_kernel_cycle_cost_nothing(tmp_path)
     hz = base.spec.freq_ghz * 1e9
     for rate, charged in ((0.0, lines), (0.5 * lines / k, 0.5 * lines), (2.0 * lines / k, 0.0)):
         path = str(tmp_path / f"x86-{rate}.json")
-        Coefficients("x86", weights, "test", {L1_HIDDEN_KEY: rate} if rate else {}).save(path)
+        Coefficients("x86", weights, "test", Coefficients.l1_hidden_entry(rate)).save(path)
         model = StaticCostModel(task.target, coefficients=path)
         assert model.coefficients.l1_hidden_per_cycle == rate
         assert model.seconds_from_features(feats) * hz == pytest.approx(k + 2.0 * charged, rel=1e-9)
