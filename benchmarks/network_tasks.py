@@ -5,6 +5,9 @@ Reads a work directory of `benchmarks/networks.py` (drytune's records in MODEL/d
 database in MODEL/ms_long_db); runs after its tune phases.
 
     python benchmarks/network_tasks.py --model mobilenet_v2 --work-dir drytune-work/networks_znver4_v2 --tag znver4
+
+With `--baseline-work-dir`, the picks of a second work directory of the same model (tuned with an earlier model, say)
+are timed in the same rounds, so that two models' picks compare without the machine's phase between them.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default=None)
+    ap.add_argument("--baseline-work-dir", default=None,
+                    help="another networks.py work dir of the same model (e.g. tuned with an earlier model): its picks "
+                         "are timed in the same rounds, as a third column")
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     ms_dir = os.path.join(mdir, "ms_long_db")
@@ -54,11 +60,18 @@ def main() -> int:
         raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first")
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
     choices = choose_records(RecordStore(os.path.join(mdir, "drytune")), tasks)
+    baseline = None
+    if args.baseline_work_dir:
+        bdir = model_dir(os.path.abspath(args.baseline_work_dir), args.model)
+        baseline = choose_records(RecordStore(os.path.join(bdir, "drytune")), tasks)
     db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False)
     rows = []
-    for nt, choice in zip(tasks, choices, strict=True):
+    for i, (nt, choice) in enumerate(zip(tasks, choices, strict=True)):
         mods = {"drytune": choice.record.to_schedule().mod if choice.record is not None else nt.task.mod,
                 "metaschedule": ms_best(db, nt.task, target)}
+        if baseline is not None:
+            rec = baseline[i].record
+            mods["baseline"] = rec.to_schedule().mod if rec is not None else nt.task.mod
         if mods["metaschedule"] is None:
             print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
             continue
@@ -72,24 +85,34 @@ def main() -> int:
                                                                       strict=True)),
                      "gap_ms": nt.weight * (med["drytune"] - med["metaschedule"]) * 1e3})
         r = rows[-1]
+        if baseline is not None:
+            r["baseline_ms"] = med["baseline"] * 1e3
+            r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
+                                                                             strict=True))
         print(f"{nt.name:60s} x{nt.weight:<3d} drytune {r['drytune_ms']:8.3f} ms  MS {r['metaschedule_ms']:8.3f} ms  "
               f"ratio {r['ratio']:.2f}", flush=True)
     rows.sort(key=lambda r: -r["gap_ms"])
-    total = {k: sum(r["weight"] * r[f"{k}_ms"] for r in rows) for k in ("drytune", "metaschedule")}
+    systems = ("drytune", "metaschedule") + (("baseline",) if baseline is not None else ())
+    total = {k: sum(r["weight"] * r[f"{k}_ms"] for r in rows) for k in systems}
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "rows": rows, "sum_ms": total,
               "command": "python benchmarks/network_tasks.py " + " ".join(sys.argv[1:])}
     lines = [f"# {args.model}: drytune's kernels against MetaSchedule's, task by task", "",
              f"{report['date']}. `{report['command']}`", "",
              "Each task's kernel built alone and timed interleaved (median of rounds); gap = calls x (drytune - "
              "MetaSchedule). Sorted by gap.", "",
-             "| task | kind | calls | GFLOP | drytune ms (predicted) | MetaSchedule ms | ratio | gap ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| task | kind | calls | GFLOP | drytune ms (predicted) | MetaSchedule ms | ratio | gap ms |"
+             + (" baseline ms | drytune / baseline |" if baseline is not None else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline is not None else "")]
+    if baseline is not None:
+        lines[4] = f"Baseline: the picks of {args.baseline_work_dir}, timed in the same rounds. " + lines[4]
     for r in rows:
         pred = f" ({r['predicted_ms']:.3f})" if r["predicted_ms"] is not None else " (default)"
+        extra = f" {r['baseline_ms']:.3f} | {r['ratio_to_baseline']:.2f} |" if baseline is not None else ""
         lines.append(f"| {r['task']} | {r['kind']} | {r['weight']} | {r['gflop']:.3f} | {r['drytune_ms']:.3f}{pred} | "
-                     f"{r['metaschedule_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |")
+                     f"{r['metaschedule_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |{extra}")
     lines += ["", f"Sum of calls x kernel time: drytune {total['drytune']:.2f} ms, MetaSchedule "
-              f"{total['metaschedule']:.2f} ms."]
+              f"{total['metaschedule']:.2f} ms" + (f", baseline {total['baseline']:.2f} ms." if baseline is not None
+                                                    else ".")]
     write_report(f"network_tasks_{args.model}", args.tag, report, lines)
     return 0
 
