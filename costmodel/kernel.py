@@ -26,7 +26,10 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..target import HardwareSpec
+from .datamove import LineLayout, _lines
 from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf
 
 # Arithmetic op kinds of `StmtLeaf.ops` and their cost in FP-pipe slots per (vector) operation.
@@ -124,6 +127,12 @@ class KernelConfig:
     # accumulators, reduction split 12 x 8 around 14 output tiles) ran 118 us, 102 us with the reduction whole
     # (README, "Pumped pipes and accumulator reloads"). 0 disables.
     accumulator_reload_cycles: float = 1.0
+    # Cycles per accumulator vector of such a reload when the output tiles that the loop around walks between two
+    # runs on the same tile crowd one L1 set beyond its ways, so that the tile comes back from L2 (gemm_bert: an
+    # 8 x 32 tile walking 16 tiles of rows 12 KiB apart cost 10-11 cycles per reloaded line, README "Accumulator
+    # reloads that miss L1"). 0, the default: such reloads cost `accumulator_reload_cycles` like the others (5 or 10
+    # refitted leave-one-operator-out on the Zen 4 rows moved the medians by -0.003 to -0.007 Spearman: not adopted).
+    evicted_reload_cycles: float = 0.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1
@@ -367,6 +376,30 @@ def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> f
     return frozenset(b for b, ok in fits.items() if ok)
 
 
+def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spec: HardwareSpec,
+                  max_points: int = 1 << 16) -> bool:
+    """Whether the output lines written between two runs of a reduction on one accumulator tile (the tile loops in
+    `body`, the loops in `around` that walk the output inside the reduction loop that revisits the tile) hold more
+    lines in one L1 set than it has ways, so that the tile is evicted before it is reloaded."""
+    if not spec.l1_ways or not spec.l1_bytes:
+        return False
+    out_vars = _access_vars(out)
+    walk = []
+    for lp in reversed(around):
+        if lp.var not in out_vars:
+            break  # the reduction loop that comes back to the tile
+        walk.append(lp)
+    else:
+        return False  # no loop comes back to it: each tile is loaded once
+    ext = {v: 1 for v in out_vars} | {lp.var: lp.extent for lp in walk + body if lp.var in out_vars}
+    if math.prod(ext.values()) > max_points:
+        return False
+    layout = LineLayout.of(out.mem_shape, out.dtype_bytes, spec.line_bytes)
+    lines = _lines(layout, [(tuple(out.mem_indices), ())], ext)
+    sets = spec.l1_bytes // (spec.line_bytes * spec.l1_ways)
+    return bool(lines.size) and int(np.bincount(lines % sets).max()) > spec.l1_ways
+
+
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
                      details: dict | None = None, registers: frozenset[str] = frozenset()) -> tuple[float, str]:
     """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
@@ -516,7 +549,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             # accumulators stay in registers across the reduction loop: a chain of dependent FP ops each
             chain = stmts * vops / max(n_out, 1) * cfg.fma_latency
             if len(outer) > 1 and outer[-2].var in out_vars:
-                reload = moved * cfg.accumulator_reload_cycles / inner_iter.extent
+                evicted = cfg.evicted_reload_cycles and _tile_evicted(out, outer[:-1], body, spec)
+                reload = moved * (cfg.evicted_reload_cycles if evicted else cfg.accumulator_reload_cycles) \
+                    / inner_iter.extent
             if cfg.join_half_vectors_above and vec_loop is not None and vec_loop.kind == "vectorized" \
                     and 2 * e_v == lanes and n_out * e_v > cfg.join_half_vectors_above \
                     and any(lp is not vec_loop and lp.extent > 1 and _vector_stride(out, lp.var) == e_v for lp in body):
@@ -528,6 +563,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             acc_in_memory = True
             loads += moved
             stores += moved
+            if cfg.evicted_reload_cycles and inner_iter is not None and _tile_evicted(out, outer, body, spec):
+                # the reduction runs inside the body (unrolled) and each body reloads its tile from L2
+                reload = moved * cfg.evicted_reload_cycles
             widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill

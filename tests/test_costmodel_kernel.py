@@ -359,6 +359,38 @@ def _tile_with_split_reduction(k_inner: int) -> s_tir.Schedule:
     return sch
 
 
+def _row_tiles_under_split_reduction(M: int, N: int) -> s_tir.Schedule:
+    """C = A B (M x N x 128) with 4 x 16 accumulator tiles, k split 4 x 32: between two runs on one tile the
+    row-block loop walks all M rows of its 16 columns."""
+    sch = _matmul(M=M, N=N, K=128)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 16])
+    k0, k1 = sch.split(k, [None, 32])
+    sch.reorder(j0, k0, i0, k1, i1, j1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k0)
+    return sch
+
+
+@pytest.mark.parametrize(("M", "N", "evicted"), [(64, 1024, True), (64, 1040, False), (8, 1024, False)])
+def test_accumulator_tiles_evicted_between_runs_are_reloaded_at_the_evicted_rate(M, N, evicted):
+    """Rows of 1024 floats are 4 KiB apart and all map to one L1 set (12 ways here): walking 64 of them between two
+    runs on a tile evicts it, walking 8 does not, and rows of 1040 floats spread over the sets (gemm_bert's 8 x 32
+    tile over 128 rows 12 KiB apart reloaded at L2 latency)."""
+    sch = _row_tiles_under_split_reduction(M, N)
+    cfg = dataclasses.replace(CFG, evicted_reload_cycles=10.0)
+    _, det = _details(sch, cfg=cfg)
+    _, plain = _details(sch)
+    runs = (N // 16) * 4 * (M // 4)  # column blocks x outer k x row blocks
+    assert det["accumulators"] == 4 and det["inner_extent"] == 32
+    rate = cfg.evicted_reload_cycles if evicted else CFG.accumulator_reload_cycles
+    assert det["executions"] * det["reload"] == pytest.approx(runs * 4 * rate)
+    assert plain["executions"] * plain["reload"] == pytest.approx(runs * 4 * CFG.accumulator_reload_cycles)
+
+
 def test_double_pumped_vectors_take_two_pipe_cycles_where_the_datapath_is_half_their_width():
     """Zen 4 runs a 512-bit FMA on a 256-bit pipe for two cycles: the spec halves the peak, and the kernel model
     counts two pipe slots per 16-lane operation there, one per 8-lane operation, one everywhere on Skylake-X."""
