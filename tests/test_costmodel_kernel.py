@@ -343,10 +343,10 @@ def test_lines_written_by_another_core_are_counted_where_nests_split_a_buffer_di
     assert on.cycles - off.cycles == pytest.approx(remote * CFG.remote_line_cycles / speed)
 
 
-def _tile_with_split_reduction(k_inner: int) -> s_tir.Schedule:
-    """C = A B (8 x 64 x 64) with a 4 x 16 accumulator tile (rows unrolled, columns vectorized) and k split as
-    (64 / k_inner, k_inner): the outer k loop sits outside the tile's row-block loop, the inner one inside it."""
-    sch = _matmul()
+def _tile_with_split_reduction(k_inner: int, M: int = 8, N: int = 64, K: int = 64) -> s_tir.Schedule:
+    """C = A B (M x N x K) with a 4 x 16 accumulator tile (rows unrolled, columns vectorized) and k split as
+    (K / k_inner, k_inner): the outer k loop sits outside the tile's row-block loop, the inner one inside it."""
+    sch = _matmul(M=M, N=N, K=K)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     i0, i1 = sch.split(i, [None, 4])
@@ -359,28 +359,12 @@ def _tile_with_split_reduction(k_inner: int) -> s_tir.Schedule:
     return sch
 
 
-def _row_tiles_under_split_reduction(M: int, N: int) -> s_tir.Schedule:
-    """C = A B (M x N x 128) with 4 x 16 accumulator tiles, k split 4 x 32: between two runs on one tile the
-    row-block loop walks all M rows of its 16 columns."""
-    sch = _matmul(M=M, N=N, K=128)
-    C = sch.get_sblock("C")
-    i, j, k = sch.get_loops(C)
-    i0, i1 = sch.split(i, [None, 4])
-    j0, j1 = sch.split(j, [None, 16])
-    k0, k1 = sch.split(k, [None, 32])
-    sch.reorder(j0, k0, i0, k1, i1, j1)
-    sch.unroll(i1)
-    sch.vectorize(j1)
-    sch.decompose_reduction(C, k0)
-    return sch
-
-
 @pytest.mark.parametrize(("M", "N", "evicted"), [(64, 1024, True), (64, 1040, False), (8, 1024, False)])
 def test_accumulator_tiles_evicted_between_runs_are_reloaded_at_the_evicted_rate(M, N, evicted):
     """Rows of 1024 floats are 4 KiB apart and all map to one L1 set (12 ways here): walking 64 of them between two
     runs on a tile evicts it, walking 8 does not, and rows of 1040 floats spread over the sets (gemm_bert's 8 x 32
     tile over 128 rows 12 KiB apart reloaded at L2 latency)."""
-    sch = _row_tiles_under_split_reduction(M, N)
+    sch = _tile_with_split_reduction(32, M=M, N=N, K=128)  # between two runs on a tile, the walk over all M rows
     cfg = dataclasses.replace(CFG, evicted_reload_cycles=10.0)
     _, det = _details(sch, cfg=cfg)
     _, plain = _details(sch)
