@@ -564,7 +564,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += moved
             stores += moved
             if cfg.evicted_reload_cycles and inner_iter is not None and _tile_evicted(out, outer, body, spec):
-                # the reduction runs inside the body (unrolled) and each body reloads its tile from L2
+                # every body loads and stores its outputs (a reduction unrolled inside it, or too many accumulators):
+                # when the walk to the next body on the same tile evicts it, each of those loads waits on L2
                 reload = moved * cfg.evicted_reload_cycles
             widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
