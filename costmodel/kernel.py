@@ -130,8 +130,9 @@ class KernelConfig:
     # Cycles per accumulator vector of such a reload when the output tiles that the loop around walks between two
     # runs on the same tile crowd one L1 set beyond its ways, so that the tile comes back from L2 (gemm_bert: an
     # 8 x 32 tile walking 16 tiles of rows 12 KiB apart cost 10-11 cycles per reloaded line, README "Accumulator
-    # reloads that miss L1"). 0, the default: such reloads cost `accumulator_reload_cycles` like the others (5 or 10
-    # refitted leave-one-operator-out on the Zen 4 rows moved the medians by -0.003 to -0.007 Spearman: not adopted).
+    # reloads that miss L1"). Conflict misses only: a walk whose lines exceed L1 as a whole streams in. 0, the
+    # default: such reloads cost `accumulator_reload_cycles` like the others (not adopted yet: refitted on the Zen 4
+    # rows, 5 cycles moved the median top-1 0.796 -> 0.852 and Spearman 0.831 -> 0.829; no operator draw yet).
     evicted_reload_cycles: float = 0.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
@@ -379,8 +380,8 @@ def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> f
 def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spec: HardwareSpec,
                   max_points: int = 1 << 16) -> bool:
     """Whether the output lines written between two runs of a reduction on one accumulator tile (the tile loops in
-    `body`, the loops in `around` that walk the output inside the reduction loop that revisits the tile) hold more
-    lines in one L1 set than it has ways, so that the tile is evicted before it is reloaded."""
+    `body`, the loops in `around` that walk the output inside the reduction loop that revisits the tile) fit L1 but
+    hold more lines in one of its sets than it has ways, so that the tile is evicted before it is reloaded."""
     if not spec.l1_ways or not spec.l1_bytes:
         return False
     out_vars = _access_vars(out)
@@ -397,7 +398,8 @@ def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spe
     layout = LineLayout.of(out.mem_shape, out.dtype_bytes, spec.line_bytes)
     lines = _lines(layout, [(tuple(out.mem_indices), ())], ext)
     sets = spec.l1_bytes // (spec.line_bytes * spec.l1_ways)
-    return bool(lines.size) and int(np.bincount(lines % sets).max()) > spec.l1_ways
+    # conflict misses only: a walk too large for L1 as a whole streams, and the prefetchers bring its lines back
+    return 0 < lines.size <= sets * spec.l1_ways and int(np.bincount(lines % sets).max()) > spec.l1_ways
 
 
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,

@@ -359,11 +359,13 @@ def _tile_with_split_reduction(k_inner: int, M: int = 8, N: int = 64, K: int = 6
     return sch
 
 
-@pytest.mark.parametrize(("M", "N", "evicted"), [(64, 1024, True), (64, 1040, False), (8, 1024, False)])
+@pytest.mark.parametrize(("M", "N", "evicted"),
+                         [(64, 1024, True), (64, 1040, False), (8, 1024, False), (1024, 1024, False)])
 def test_accumulator_tiles_evicted_between_runs_are_reloaded_at_the_evicted_rate(M, N, evicted):
     """Rows of 1024 floats are 4 KiB apart and all map to one L1 set (12 ways here): walking 64 of them between two
     runs on a tile evicts it, walking 8 does not, and rows of 1040 floats spread over the sets (gemm_bert's 8 x 32
-    tile over 128 rows 12 KiB apart reloaded at L2 latency)."""
+    tile over 128 rows 12 KiB apart reloaded at L2 latency). A walk over 1024 rows is more than L1 holds at all:
+    it streams, and its reloads are not charged as conflicts."""
     sch = _tile_with_split_reduction(32, M=M, N=N, K=128)  # between two runs on a tile, the walk over all M rows
     cfg = dataclasses.replace(CFG, evicted_reload_cycles=10.0)
     _, det = _details(sch, cfg=cfg)
