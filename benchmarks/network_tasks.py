@@ -37,6 +37,11 @@ def ms_best(db: ms.database.JSONDatabase, task, target: tvm.target.Target) -> tv
     return sch.mod if sch is not None else None
 
 
+def picked_mod(choice, nt) -> tvm.IRModule:
+    """The kernel a record choice of `choose_records` builds for its task: its record's, else the unscheduled one."""
+    return choice.record.to_schedule().mod if choice.record is not None else nt.task.mod
+
+
 def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.Target, str]:
     """The runtime's thread count set, the benchmark's target, and the model's folder in a networks.py work dir."""
     os.environ["TVM_NUM_THREADS"] = str(threads)
@@ -66,12 +71,10 @@ def main() -> int:
         baseline = choose_records(RecordStore(os.path.join(bdir, "drytune")), tasks)
     db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False)
     rows = []
-    for i, (nt, choice) in enumerate(zip(tasks, choices, strict=True)):
-        mods = {"drytune": choice.record.to_schedule().mod if choice.record is not None else nt.task.mod,
-                "metaschedule": ms_best(db, nt.task, target)}
-        if baseline is not None:
-            rec = baseline[i].record
-            mods["baseline"] = rec.to_schedule().mod if rec is not None else nt.task.mod
+    for nt, choice, base in zip(tasks, choices, baseline or [None] * len(tasks), strict=True):
+        mods = {"drytune": picked_mod(choice, nt), "metaschedule": ms_best(db, nt.task, target)}
+        if base is not None:
+            mods["baseline"] = picked_mod(base, nt)
         if mods["metaschedule"] is None:
             print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
             continue

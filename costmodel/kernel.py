@@ -26,10 +26,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..target import HardwareSpec
-from .datamove import LineLayout, _lines
+from .datamove import LineLayout, default_counter
 from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf
 
 # Arithmetic op kinds of `StmtLeaf.ops` and their cost in FP-pipe slots per (vector) operation.
@@ -377,8 +375,7 @@ def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> f
     return frozenset(b for b, ok in fits.items() if ok)
 
 
-def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spec: HardwareSpec,
-                  max_points: int = 1 << 16) -> bool:
+def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spec: HardwareSpec) -> bool:
     """Whether the output lines written between two runs of a reduction on one accumulator tile (the tile loops in
     `body`, the loops in `around` that walk the output inside the reduction loop that revisits the tile) fit L1 but
     hold more lines in one of its sets than it has ways, so that the tile is evicted before it is reloaded."""
@@ -393,13 +390,13 @@ def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spe
     else:
         return False  # no loop comes back to it: each tile is loaded once
     ext = {v: 1 for v in out_vars} | {lp.var: lp.extent for lp in walk + body if lp.var in out_vars}
-    if math.prod(ext.values()) > max_points:
-        return False
     layout = LineLayout.of(out.mem_shape, out.dtype_bytes, spec.line_bytes)
-    lines = _lines(layout, [(tuple(out.mem_indices), ())], ext)
+    acc = [(tuple(out.mem_indices), ())]
     sets = spec.l1_bytes // (spec.line_bytes * spec.l1_ways)
+    counter = default_counter()
+    crowd = counter.crowding(layout, acc, ext, (sets,))
     # conflict misses only: a walk too large for L1 as a whole streams, and the prefetchers bring its lines back
-    return 0 < lines.size <= sets * spec.l1_ways and int(np.bincount(lines % sets).max()) > spec.l1_ways
+    return crowd is not None and crowd[0] > spec.l1_ways and counter.count(layout, acc, ext) <= sets * spec.l1_ways
 
 
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
