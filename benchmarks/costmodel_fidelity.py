@@ -82,6 +82,21 @@ def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None)
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
+def parse_kernel_settings(items: list[str] | None) -> dict[str, float] | None:
+    """`--kernel FIELD=VALUE` arguments as a dict (None when none are given, {} for 'none')."""
+    if items is None:
+        return None
+    settings = {}
+    for item in items:
+        if item == "none":
+            continue
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--kernel expects FIELD=VALUE or 'none', got {item!r}")
+        settings[name] = float(value)
+    return settings
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collect", action="store_true", help="measure candidates (phase 1)")
@@ -101,6 +116,9 @@ def main() -> int:
                     help="cycles per parallel-region entry pinned in every fit (default: measured now; 0: fitted)")
     ap.add_argument("--l1-hidden", type=float, default=None,
                     help="L1 refills per kernel cycle taken as hidden in every fit (default: the shipped file's)")
+    ap.add_argument("--kernel", action="append", default=None, metavar="FIELD=VALUE",
+                    help="kernel-model setting of the features (repeatable; default: the shipped file's; "
+                         "'none': the defaults), recorded in a --fit-out file")
     args = ap.parse_args()
     ops = args.ops.split(",")
     if args.data is None:
@@ -117,7 +135,7 @@ def main() -> int:
     from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
 
     return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
-                    l1_hidden=args.l1_hidden)
+                    l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel))
 
 
 if __name__ == "__main__":

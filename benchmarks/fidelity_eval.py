@@ -24,8 +24,8 @@ XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the 
 _FEATURE_SOURCES = ("asm", "cpu_features", "datamove", "fpratio", "kernel", "listsched", "looptree", "model")
 
 
-def feature_code_version() -> str:
-    """A digest of the cost model's feature code, stored with each cached entry."""
+def feature_code_version(kernel: dict[str, float] | None = None) -> str:
+    """A digest of the cost model's feature code and of the kernel-model settings, stored with each cached entry."""
     import hashlib
 
     from drytune import costmodel
@@ -34,17 +34,30 @@ def feature_code_version() -> str:
     for name in _FEATURE_SOURCES:
         with open(os.path.join(os.path.dirname(costmodel.__file__), name + ".py"), "rb") as f:
             digest.update(f.read())
+    if kernel:
+        digest.update(json.dumps(kernel, sort_keys=True).encode())
     return digest.hexdigest()[:12]
+
+
+def shipped_coefficients() -> Coefficients:
+    """The coefficients file StaticCostModel loads for the host CPU."""
+    target, spec = dt.resolve_target("llvm")
+    return Coefficients.load(default_coefficients_path(spec, str(dict(target.attrs).get("mcpu", "")) or None))
 
 
 def _row_key(row: MeasuredRow) -> str:
     return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
 
 
-def suite_operator(op: str) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
-    """A suite operator's task on the host CPU, its search space and the shipped static model."""
+def suite_operator(op: str, kernel: dict[str, float] | None = None) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
+    """A suite operator's task on the host CPU, its search space and the shipped static model; with `kernel`, a
+    model whose features use exactly these kernel-model settings (none: the defaults) instead of the file's."""
     task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
-    return task, dt.SearchSpace(task), StaticCostModel(task.target)
+    if kernel is None:
+        return task, dt.SearchSpace(task), StaticCostModel(task.target)
+    spec = dt.resolve_target(task.target)[1]
+    default = Coefficients.load(os.path.join(COEFF_DIR, f"{spec.arch}-default.json"))  # sets no kernel fields
+    return task, dt.SearchSpace(task), StaticCostModel(task.target, default, kernel_overrides=kernel)
 
 
 def save_report(stem: str, text: str, data: object) -> None:
@@ -55,9 +68,9 @@ def save_report(stem: str, text: str, data: object) -> None:
         json.dump(data, f, indent=1)
 
 
-def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
-    op, rows, version = args
-    task, space, model = suite_operator(op)
+def _features_job(args: tuple[str, list[dict], str, dict[str, float]]) -> list[dict]:
+    op, rows, version, kernel = args
+    task, space, model = suite_operator(op, kernel)
     out = []
     for d in rows:
         row = MeasuredRow(**d)
@@ -82,12 +95,16 @@ def _features_job(args: tuple[str, list[dict], str]) -> list[dict]:
     return out
 
 
-def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1) -> dict[str, dict]:
-    """Features of every measured row, cached in `cache_path`; entries computed by other feature code (another
-    `feature_code_version`) or from another program than the row's are recomputed."""
+def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1,
+                     kernel: dict[str, float] | None = None) -> dict[str, dict]:
+    """Features of every measured row with the kernel-model settings `kernel` (None: the shipped calibration's),
+    cached in `cache_path`; entries computed by other feature code or settings (another `feature_code_version`) or
+    from another program than the row's are recomputed."""
+    if kernel is None:
+        kernel = shipped_coefficients().kernel_settings
     cache: dict[str, dict] = {}
     stale = 0
-    version = feature_code_version()
+    version = feature_code_version(kernel)
     if os.path.exists(cache_path):
         with open(cache_path) as f:
             for line in f:
@@ -111,9 +128,9 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1)
         if r.ok and redo:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
             redone += cached is not None
-    jobs = [(op, chunk[i:i + 25], version) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
+    jobs = [(op, chunk[i:i + 25], version, kernel) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
-        count = sum(len(chunk) for _, chunk, _ in jobs)
+        count = sum(len(chunk) for _, chunk, _, _ in jobs)
         print(f"computing features of {count} candidates in {workers} process(es)", flush=True)
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")
@@ -232,14 +249,19 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 
 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
-             fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None) -> int:
+             fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None,
+             kernel: dict[str, float] | None = None) -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
     `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted);
-    `l1_hidden` is the L1 refills per kernel cycle taken as hidden in every fit (None: the shipped file's)."""
+    `l1_hidden` is the L1 refills per kernel cycle taken as hidden in every fit (None: the shipped file's);
+    `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults)."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
+    if kernel is None:
+        kernel = shipped_coefficients().kernel_settings
+    print(f"kernel-model settings: {kernel or 'defaults'}", flush=True)
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
-                             workers=os.cpu_count() or 1)
+                             workers=os.cpu_count() or 1, kernel=kernel)
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
     for r, e in scorable(rows, feats):
         by_op.setdefault(r.op, []).append((r, e))
@@ -259,12 +281,15 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
-        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden)
+        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel)
     calibrated_path = default_coefficients_path(spec, cpu)  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
         print(f"note: {calibrated_path} hides {calibrated.l1_hidden_per_cycle} lines per cycle, this run {l1_hidden}; "
               "its in-sample column is computed with this run's", flush=True)
+    if calibrated is not None and calibrated.kernel_settings != kernel:
+        print(f"note: {calibrated_path} was fitted with kernel-model settings {calibrated.kernel_settings}, this run's "
+              f"features with {kernel}; its in-sample column uses this run's features", flush=True)
     calibrated = calibrated.vector() if calibrated is not None else None
     table = []
     for op in ops:
@@ -313,7 +338,8 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 
 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
-              fixed: dict[int, float] | None = None, l1_hidden: float = 0.0) -> None:
+              fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
+              kernel: dict[str, float] | None = None) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU)."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
     feats = np.array([e["values"] for _, e in pairs])
@@ -337,8 +363,12 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
         origin += (f" L1 refills up to {l1_hidden} lines per kernel-model cycle are taken as hidden behind the kernel "
                    "(not fitted: chosen with benchmarks/l1_overlap.py, README 'L1 refills hidden behind the kernel, "
                    "adopted').")
+    if kernel:
+        origin += (f" Features computed with the kernel-model settings {kernel} (not fitted: see README "
+                   "'Accumulator reloads that miss L1').")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
-                 {"fit_median_rel_error": rel} | Coefficients.l1_hidden_entry(l1_hidden)).save(out)
+                 {"fit_median_rel_error": rel} | Coefficients.l1_hidden_entry(l1_hidden)
+                 | Coefficients.kernel_entry(kernel)).save(out)
     print(f"wrote {out} (median relative error {rel:.2f})", flush=True)
 
 

@@ -172,8 +172,11 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
               f"entry: 8 near-empty parallel nests against the same nests serial).")
     if hidden:
         origin += f" L1 refills up to {hidden} lines per kernel cycle taken as hidden (not fitted)."
+    kernel = model.coefficients.kernel_settings  # the features above were computed with them: kept, not fitted
+    if kernel:
+        origin += f" Kernel-model settings {kernel} kept from the file replaced (not fitted)."
     result = Coefficients(model.spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                           {"fit_median_rel_error": rel if math.isfinite(rel) else None}
-                          | Coefficients.l1_hidden_entry(hidden))
+                          | Coefficients.l1_hidden_entry(hidden) | Coefficients.kernel_entry(kernel))
     result.save(out_path)
     return result

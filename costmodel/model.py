@@ -17,7 +17,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 COEFF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coefficients")
 L1_HIDDEN_KEY = "l1_lines_hidden_per_kernel_cycle"  # coefficients-file entry read by `Coefficients.l1_hidden_per_cycle`
+KERNEL_KEY = "kernel"  # coefficients-file entry read by `Coefficients.kernel_settings`
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,21 @@ class Coefficients:
     def l1_hidden_entry(rate: float) -> dict[str, float]:
         """The extra entry that records `rate` in a file (none for 0: such a file charges every refill)."""
         return {L1_HIDDEN_KEY: rate} if rate else {}
+
+    @property
+    def kernel_settings(self) -> dict[str, float]:
+        """`KernelConfig` fields the file's fit was made with (a machine's measured rule, e.g. the cycles of an
+        accumulator reload from L2); they change feature values, so a model loading the file applies them."""
+        settings = dict(self.extra.get(KERNEL_KEY, {}))
+        unknown = sorted(set(settings) - {f.name for f in fields(KernelConfig)})
+        if unknown:
+            raise ValueError(f"coefficients file sets unknown kernel-model fields {unknown}")
+        return settings
+
+    @staticmethod
+    def kernel_entry(settings: Mapping[str, float] | None) -> dict[str, dict[str, float]]:
+        """The extra entry that records kernel-model `settings` in a file (none when there are none)."""
+        return {KERNEL_KEY: dict(settings)} if settings else {}
 
 
 def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
@@ -180,7 +196,6 @@ class StaticCostModel(CostModel):
                  spec: HardwareSpec | None = None, kernel_overrides: Mapping[str, Any] | None = None):
         """`kernel_overrides`: `KernelConfig` fields replaced in the spec's defaults (ablations, A/B runs)."""
         self.target, self.spec = resolve_target(target, spec)
-        self.kernel = replace(KernelConfig.for_spec(self.spec), **dict(kernel_overrides or {}))
         self.is_gpu = self.spec.is_gpu
         self.failures: Counter[str] = Counter()
         if self.is_gpu:
@@ -195,6 +210,10 @@ class StaticCostModel(CostModel):
                 cpu = str(dict(self.target.attrs).get("mcpu", "")) or None
                 coefficients = Coefficients.load(coefficients or default_coefficients_path(self.spec, cpu))
             self.coefficients = coefficients
+        # the calibration's kernel-model settings first (its features were computed with them), then the caller's
+        settings = {} if self.coefficients is None else self.coefficients.kernel_settings
+        self.kernel = replace(KernelConfig.for_spec(self.spec), **(settings | dict(kernel_overrides or {})))
+        if not self.is_gpu:
             self._cpu = CPUFeatureExtractor(self.target, self.spec, self.kernel)
 
     @classmethod
