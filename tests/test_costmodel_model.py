@@ -27,6 +27,7 @@ from drytune.costmodel.model import (
     GPU_TERM_NAMES,
     Coefficients,
     StaticCostModel,
+    default_coefficients_path,
     gpu_cycles,
     gpu_terms,
 )
@@ -175,6 +176,26 @@ def test_l1_refills_up_to_the_files_rate_per_kernel_cycle_cost_nothing(tmp_path)
         model = StaticCostModel(task.target, coefficients=path)
         assert model.coefficients.l1_hidden_per_cycle == rate
         assert model.seconds_from_features(feats) * hz == pytest.approx(k + 2.0 * charged, rel=1e-9)
+
+
+def test_kernel_settings_of_a_coefficients_file_change_the_features_and_yield_to_overrides(tmp_path) -> None:
+    """A file fitted on features computed with some kernel-model setting carries it: the model loading the file
+    computes its features with it, a caller's override still wins, and an unknown field is refused."""
+    task = _task("gemm")
+    cand = dt.SearchSpace(task).sample(1, seed=5)[0]
+    weights = Coefficients.load(default_coefficients_path(StaticCostModel(task.target).spec)).values
+    path = str(tmp_path / "x86-slow-reloads.json")
+    Coefficients("x86", weights, "test", Coefficients.kernel_entry({"accumulator_reload_cycles": 50.0})).save(path)
+    plain = StaticCostModel(task.target, coefficients=path, kernel_overrides={"accumulator_reload_cycles": 0.0})
+    slow = StaticCostModel(task.target, coefficients=path)
+    assert slow.coefficients.kernel_settings == {"accumulator_reload_cycles": 50.0}
+    assert (slow.kernel.accumulator_reload_cycles, plain.kernel.accumulator_reload_cycles) == (50.0, 0.0)
+    k_slow = slow.features(task, cand).as_dict()["kernel_cycles"]
+    k_plain = plain.features(task, cand).as_dict()["kernel_cycles"]
+    assert k_slow > k_plain > 0
+    Coefficients("x86", weights, "test", Coefficients.kernel_entry({"no_such_field": 1.0})).save(path)
+    with pytest.raises(ValueError, match="no_such_field"):
+        StaticCostModel(task.target, coefficients=path)
 
 
 def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
