@@ -39,10 +39,14 @@ def feature_code_version(kernel: dict[str, float] | None = None) -> str:
     return digest.hexdigest()[:12]
 
 
-def shipped_coefficients() -> Coefficients:
+def shipped_coefficients_path() -> str:
     """The coefficients file StaticCostModel loads for the host CPU."""
     target, spec = dt.resolve_target("llvm")
-    return Coefficients.load(default_coefficients_path(spec, str(dict(target.attrs).get("mcpu", "")) or None))
+    return default_coefficients_path(spec, str(dict(target.attrs).get("mcpu", "")) or None)
+
+
+def shipped_coefficients() -> Coefficients:
+    return Coefficients.load(shipped_coefficients_path())
 
 
 def _row_key(row: MeasuredRow) -> str:
@@ -257,8 +261,11 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults)."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
+    shipped = shipped_coefficients()  # the defaults of the choices the fits do not make
     if kernel is None:
-        kernel = shipped_coefficients().kernel_settings
+        kernel = shipped.kernel_settings
+    if l1_hidden is None:
+        l1_hidden = shipped.l1_hidden_per_cycle
     print(f"kernel-model settings: {kernel or 'defaults'}", flush=True)
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
                              workers=os.cpu_count() or 1, kernel=kernel)
@@ -266,13 +273,10 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     for r, e in scorable(rows, feats):
         by_op.setdefault(r.op, []).append((r, e))
     target, spec = dt.resolve_target("llvm")
-    cpu = str(dict(target.attrs).get("mcpu", "")) or None
     # first-principles file (never fitted), and the shipped calibrated one for this CPU if any (fitted on every
     # operator: in-sample here, reported apart)
     default_path = os.path.join(COEFF_DIR, f"{spec.arch}-default.json")
     default = Coefficients.load(default_path).vector()
-    if l1_hidden is None:
-        l1_hidden = Coefficients.load(default_coefficients_path(spec, cpu)).l1_hidden_per_cycle
     print(f"L1 refills hidden per kernel cycle: {l1_hidden}", flush=True)
     for d in by_op.values():  # the fits and the metrics see the charged refills only (the cache keeps raw values)
         d[:] = [(r, e | {"values": hide_l1_refills(e["values"], l1_hidden).tolist()}) for r, e in d]
@@ -282,7 +286,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
         write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel)
-    calibrated_path = default_coefficients_path(spec, cpu)  # read after a --fit-out that may have rewritten it
+    calibrated_path = shipped_coefficients_path()  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
         print(f"note: {calibrated_path} hides {calibrated.l1_hidden_per_cycle} lines per cycle, this run {l1_hidden}; "
