@@ -101,7 +101,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = args.out or os.path.join(args.work_dir, name)
     data = os.path.join(args.work_dir, "calibration_measurements.jsonl")
     print(f"measuring {args.samples} candidates of each of {', '.join(ops)} (resumable: {data})")
-    coeffs = calibrate(tasks, args.samples, data, out, seed=args.seed)
+    coeffs = calibrate(tasks, args.samples, data, out, seed=args.seed, rounds=args.rounds)
     print(coeffs.origin)
     for name, value in coeffs.values.items():
         print(f"  {name:18s} {value:.4g}")
@@ -224,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm")
     p.add_argument("--ops", default="gemm,conv2d_nchw,depthwise_conv2d,softmax,layer_norm,avg_pool2d")
     p.add_argument("--samples", type=int, default=40, help="measured candidates per operator")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds that time each operator's candidates in turn (the median is kept)")
     p.add_argument("--small", action="store_true", help="use the operators' small test shapes (fast)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="drytune-calibration")

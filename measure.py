@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ class MeasureResult:
     """Outcome of one candidate: median seconds (inf if it failed), every repeat, and why it failed."""
 
     seconds: float
-    times: tuple[float, ...] = ()  # each repeat's mean time over `number` runs
+    times: tuple[float, ...] = ()  # each repeat's mean time over `number` runs (with rounds: each round's median)
     error: str | None = None
     max_abs_err: float | None = None  # set when checked against a reference
     build_s: float = 0.0  # 0 when the worker still held the module built by an earlier job
@@ -133,13 +133,15 @@ class _Runner:
     def _build(self, mod: tvm.IRModule, target: tvm.target.Target) -> tuple[Any, str]:
         return tvm.compile(mod, target=target).jit(), _entry_name(mod)
 
-    def _build_kept(self, mod_json: str, mod: tvm.IRModule, target: tvm.target.Target) -> tuple[Any, str, bool]:
-        """The built module and its entry name, and whether it was built now (False: kept from an earlier job)."""
+    def _build_kept(self, mod_json: str, mod: tvm.IRModule, target: tvm.target.Target,
+                    keep: int = 0) -> tuple[Any, str, bool]:
+        """The built module and its entry name, and whether it was built now (False: kept from an earlier job);
+        `keep` raises the number of modules kept (interleaved rounds over many modules)."""
         key = hashlib.sha1(f"{target}:{mod_json}".encode()).hexdigest()
         fresh = key not in self.built
         if fresh:
             self.built[key] = self._build(mod, target)
-            while len(self.built) > self.built_kept:
+            while len(self.built) > max(self.built_kept, keep):
                 self.built.popitem(last=False)
         self.built.move_to_end(key)
         return (*self.built[key], fresh)
@@ -169,7 +171,7 @@ class _Runner:
             return {"error": f"cannot parse module: {type(e).__name__}: {_first_lines(str(e))}"}
         t0 = time.perf_counter()
         try:
-            rt_mod, name, fresh = self._build_kept(job["mod"], mod, target)
+            rt_mod, name, fresh = self._build_kept(job["mod"], mod, target, job.get("keep", 0))
         except Exception as e:
             return {"error": f"build failed: {type(e).__name__}: {_first_lines(str(e))}"}
         build_s = time.perf_counter() - t0 if fresh else 0.0
@@ -358,17 +360,23 @@ def measure_modules(
     rtol: float = DEFAULTS.rtol,
     atol: float = DEFAULTS.atol,
     seed: int = DEFAULTS.seed,
+    rounds: int = 1,
     worker: MeasureWorker | None = None,
 ) -> list[MeasureResult]:
     """Build and time each module on the local CPU, one result per module, in order.
 
     A candidate that fails to build, crashes or hangs the worker, or (with `check_against`, the unscheduled
     module) computes a wrong result gets `seconds=inf` and an `error`; the caller never sees an exception
-    for it. `worker` defaults to one shared, reused worker process. The worker is started with "spawn", so
-    a calling script needs the usual `if __name__ == "__main__":` guard.
+    for it. With `rounds` > 1 the modules are timed in turn, once per round, and kept built between rounds, so
+    that a slow phase of the machine falls on all of them alike: `times` then holds each round's median and
+    `seconds` their median (the check runs in the first round only). `worker` defaults to one shared, reused
+    worker process. The worker is started with "spawn", so a calling script needs the usual
+    `if __name__ == "__main__":` guard.
     """
     if target.kind.name != "llvm":
         raise ValueError(f"measure_modules runs on the local CPU, not on a {target.kind.name!r} target")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     ref_json = _serialize(check_against) if check_against is not None else None
     base = {
         "target": str(target),
@@ -380,18 +388,34 @@ def measure_modules(
         "rtol": rtol,
         "atol": atol,
         "seed": seed,
+        "keep": len(mods) if rounds > 1 else 0,
     }
-    results = []
+    texts: list[str | None] = []
+    first: list[MeasureResult | None] = []
+    for mod in mods:
+        try:
+            texts.append(_serialize(mod))
+            first.append(None)
+        except Exception as e:
+            texts.append(None)
+            first.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
+    per_round: list[list[float]] = [[] for _ in mods]
     with _shared_lock if worker is None else contextlib.nullcontext():
         w = worker if worker is not None else _default_worker()
-        for mod in mods:
-            try:
-                text = _serialize(mod)
-            except Exception as e:
-                results.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
-                continue
-            results.append(_to_result(w.run({**base, "mod": text}, timeout_s)))
-    return results
+        for r in range(rounds):
+            for i, text in enumerate(texts):
+                if text is None or (first[i] is not None and not first[i].ok):
+                    continue
+                res = _to_result(w.run({**base, "mod": text} | ({"ref": None} if r else {}), timeout_s))
+                if r == 0:
+                    first[i] = res
+                elif not res.ok:  # a module that fails in a later round fails
+                    first[i] = replace(res, error=f"round {r + 1}: {res.error}", build_s=first[i].build_s)
+                per_round[i].append(res.seconds)
+    if rounds == 1:
+        return [res for res in first if res is not None]
+    return [res if not res.ok else replace(res, seconds=statistics.median(t), times=tuple(t))
+            for res, t in zip(first, per_round, strict=True)]
 
 
 def _to_result(reply: dict[str, Any]) -> MeasureResult:

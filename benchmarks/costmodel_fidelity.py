@@ -43,12 +43,17 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "fidelity_measurements_llvm.jsonl")
 
 
-def run_collect(ops: list[str], samples: int, path: str) -> None:
+def timing(rounds: int) -> dict[str, int]:
+    """How each candidate is timed: 3 repeats back to back, or one per round over `rounds` interleaved rounds."""
+    return {"repeat": 3} if rounds == 1 else {"repeat": 1, "rounds": rounds}
+
+
+def run_collect(ops: list[str], samples: int, path: str, rounds: int = 1) -> None:
     for name in ops:
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
         t0 = time.perf_counter()
         n = fails = 0
-        for row in collect(task, samples, path, seed=11):
+        for row in collect(task, samples, path, seed=11, **timing(rounds)):
             n += 1
             fails += not row.ok
         print(f"{name:20s} measured {n:4d} new candidates ({fails} failed) in {time.perf_counter() - t0:6.1f}s",
@@ -67,18 +72,25 @@ def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) ->
               f"({fails} failed) in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
-def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None) -> None:
+def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None, rounds: int = 1) -> None:
     """Measure the candidates of `data` again into `out`, operator by operator, keeping each row's source; with
-    `limit`, only the first `limit` rows of each operator and source (a smaller calibration of a new machine)."""
+    `limit`, only the first `limit` rows of each operator and source (a smaller calibration of a new machine);
+    with `rounds` > 1, all of an operator's candidates (both sources) are timed in turn, once per round."""
     rows = [r for r in read_rows(data) if r.op in ops]
     for name in ops:
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
         space = dt.SearchSpace(task)
         t0 = time.perf_counter()
         n = 0
-        for source in ("random", "search"):
-            cands = [r.candidate(space) for r in rows if r.op == name and r.source == source][:limit]
-            n += sum(1 for _ in measure_candidates(cands, out, source=source))
+        if rounds > 1:  # one set of rounds over both sources, so that both are timed in the same phases
+            picked = [r for src in ("random", "search")
+                      for r in [r for r in rows if r.op == name and r.source == src][:limit]]
+            n += sum(1 for _ in measure_candidates([r.candidate(space) for r in picked], out,
+                                                   source=[r.source for r in picked], **timing(rounds)))
+        else:
+            for source in ("random", "search"):
+                cands = [r.candidate(space) for r in rows if r.op == name and r.source == source][:limit]
+                n += sum(1 for _ in measure_candidates(cands, out, source=source))
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
@@ -107,6 +119,9 @@ def main() -> int:
     ap.add_argument("--remeasure", default=None, metavar="OUT", help="measure every row of the data file again")
     ap.add_argument("--remeasure-limit", type=int, default=None, metavar="N",
                     help="with --remeasure: only the first N rows of each operator and source")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --collect or --remeasure: time each operator's candidates in turn over this many "
+                         "rounds, one timing per round (default 1: 3 repeats of each candidate back to back)")
     ap.add_argument("--ops", default=",".join(workloads.SUITE))
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--data", default=None, help="measurements file (default: by --tag)")
@@ -124,11 +139,11 @@ def main() -> int:
     if args.data is None:
         args.data = DATA.replace(".jsonl", f"_{args.tag}.jsonl") if args.tag else DATA
     if args.remeasure:
-        run_remeasure(ops, args.data, args.remeasure, args.remeasure_limit)
+        run_remeasure(ops, args.data, args.remeasure, args.remeasure_limit, args.rounds)
         return 0
     if args.collect or args.collect_searched:
         if args.collect:
-            run_collect(ops, args.samples, args.data)
+            run_collect(ops, args.samples, args.data, args.rounds)
         if args.collect_searched:
             run_collect_searched(ops, args.search_seconds, args.top, args.data)
         return 0

@@ -141,8 +141,11 @@ def features_of_rows(model: StaticCostModel, rows: Sequence[MeasuredRow], spaces
 
 
 def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str, *, seed: int = 0,
-              progress: bool = True) -> Coefficients:
-    """Measure `samples` random candidates of each task (resuming `data_path`), fit and save coefficients."""
+              rounds: int = 3, progress: bool = True) -> Coefficients:
+    """Measure `samples` random candidates of each task (resuming `data_path`), fit and save coefficients.
+
+    Each task's candidates are timed in turn over `rounds` rounds (the median is kept), so that a slow phase of
+    the machine does not fall on a few of them only."""
     if not tasks:
         raise ValueError("calibrate needs at least one task")
     target = tasks[0].target
@@ -151,7 +154,7 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
     spaces = {}
     for task in tasks:
         spaces[task.name] = SearchSpace(task)
-        got = list(collect(task, samples, data_path, seed=seed))
+        got = list(collect(task, samples, data_path, seed=seed, repeat=1, rounds=rounds))
         if progress:
             print(f"  {task.name}: measured {len(got)} new candidates", flush=True)
     from .dataset import read_rows

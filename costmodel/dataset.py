@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,27 +75,43 @@ def _append(path: str, row: MeasuredRow) -> None:
 
 
 def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
-            flush_cache: bool = False) -> Iterator[MeasuredRow]:
-    """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes."""
+            flush_cache: bool = False, rounds: int = 1) -> Iterator[MeasuredRow]:
+    """Measure `n` random candidates of `task` (those already in `path` are kept), appending as it goes; `rounds`
+    as in `measure_candidates`."""
     return measure_candidates(SearchSpace(task).sample(n, seed=seed), path, repeat=repeat, timeout_s=timeout_s,
-                              flush_cache=flush_cache)
+                              flush_cache=flush_cache, rounds=rounds)
 
 
 def _decisions_json(cand: Candidate) -> str:
     return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in cand.decisions.items()}, sort_keys=True)
 
 
-def measure_candidates(cands: list[Candidate], path: str, *, source: str = "random", repeat: int = 3,
-                       timeout_s: float = 30.0, flush_cache: bool = False) -> Iterator[MeasuredRow]:
-    """Measure the candidates (of one task) not yet in `path`, appending a row for each as it goes."""
-    from ..measure import MeasureWorker, measure_modules
+def measure_candidates(cands: list[Candidate], path: str, *, source: str | Sequence[str] = "random",
+                       repeat: int = 3, timeout_s: float = 30.0, flush_cache: bool = False,
+                       rounds: int = 1) -> Iterator[MeasuredRow]:
+    """Measure the candidates (of one task) not yet in `path`, appending a row for each (with its `source`, one
+    for all or one per candidate) as it goes.
+
+    With `rounds` > 1 all of them are timed in turn, once per round (`repeat` times each), and their rows are
+    appended after the last round: a slow phase of the machine then falls on every candidate alike instead of
+    on the ones it happened to meet."""
+    from ..measure import MeasureResult, MeasureWorker, measure_modules
 
     if not cands:
         return
     task = cands[0].task
     done = {(r.sketch, json.dumps(r.decisions, sort_keys=True)) for r in read_rows(path) if r.op == task.name}
+    sources = [source] * len(cands) if isinstance(source, str) else list(source)
+    todo: list[tuple[tuple[str, str], str, tvm.IRModule]] = []
+
+    def row(key: tuple[str, str], src: str, res: MeasureResult | None, error: str | None,
+            mod: tvm.IRModule | None) -> MeasuredRow:
+        return MeasuredRow(task.name, task.target.kind.name, key[0], json.loads(key[1]),
+                           res.seconds if res is not None else float("inf"), res.times if res is not None else (),
+                           error, src, program_digest(mod) if mod is not None else None)
+
     with MeasureWorker() as worker:
-        for cand in cands:
+        for cand, src in zip(cands, sources, strict=True):
             key = (cand.sketch.name, _decisions_json(cand))
             if key in done:
                 continue
@@ -103,14 +119,24 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str = "rand
             try:
                 mod = cand.to_mod()
             except Exception as err:  # noqa: BLE001 - recorded as a failed row
-                row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
-                                  float("inf"), (), f"replay: {err}", source)
-            else:
-                # each repeat runs back to back for measure's min_repeat_ms: single calls of microsecond kernels
-                # measured up to 100x slow on a busy 2-core machine (whole 4 ms scheduler ticks per parallel region)
-                res = measure_modules([mod], task.target, number=1, repeat=repeat, timeout_s=timeout_s,
-                                      flush_cache=flush_cache, worker=worker)[0]
-                row = MeasuredRow(task.name, task.target.kind.name, cand.sketch.name, json.loads(key[1]),
-                                  res.seconds, tuple(res.times), res.error, source, program_digest(mod))
-            _append(path, row)
-            yield row
+                failed = row(key, src, None, f"replay: {err}", None)
+                _append(path, failed)
+                yield failed
+                continue
+            if rounds > 1:
+                todo.append((key, src, mod))
+                continue
+            # each repeat runs back to back for measure's min_repeat_ms: single calls of microsecond kernels
+            # measured up to 100x slow on a busy 2-core machine (whole 4 ms scheduler ticks per parallel region)
+            res = measure_modules([mod], task.target, number=1, repeat=repeat, timeout_s=timeout_s,
+                                  flush_cache=flush_cache, worker=worker)[0]
+            measured = row(key, src, res, res.error, mod)
+            _append(path, measured)
+            yield measured
+        if todo:
+            results = measure_modules([mod for _, _, mod in todo], task.target, number=1, repeat=repeat,
+                                      timeout_s=timeout_s, flush_cache=flush_cache, rounds=rounds, worker=worker)
+            for (key, src, mod), res in zip(todo, results, strict=True):
+                measured = row(key, src, res, res.error, mod)
+                _append(path, measured)
+                yield measured

@@ -55,13 +55,7 @@ def measure_interleaved(task: Task, candidates: list[Candidate], rounds: int) ->
     """Median measured seconds of each candidate over `rounds` rounds that time every candidate once, in turn (the
     first round also checks outputs; failures are inf). One pass in order would credit a slow phase of the machine,
     or work still winding down after a search, to whichever candidate it fell on."""
-    per_round = [measure(task, candidates, check=True)]
-    ok = [i for i, t in enumerate(per_round[0]) if math.isfinite(t)]
-    for _ in range(rounds - 1):
-        again = np.full(len(candidates), np.inf)
-        again[ok] = measure(task, [candidates[i] for i in ok])
-        per_round.append(again)
-    return np.median(np.array(per_round), axis=0)
+    return measure(task, candidates, check=True, rounds=rounds)
 
 
 def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify_rounds: int = 3,

@@ -13,7 +13,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from drytune import workloads as W
-from drytune.measure import MeasureWorker, measure_modules
+from drytune.measure import MeasureWorker, _Runner, measure_modules
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 
@@ -105,6 +105,51 @@ def test_a_module_timed_again_is_not_built_again(worker):
     again = measure_modules(mods, TARGET, number=1, repeat=2, min_repeat_ms=1, worker=worker)
     assert all(r.ok and r.build_s > 0 for r in first)
     assert all(r.ok and r.build_s == 0.0 for r in again)
+
+
+class _JobLog(MeasureWorker):
+    """A real worker that also keeps each job it was sent (without the module text) and its reply."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[tuple[str, bool, int, dict]] = []
+
+    def run(self, job, timeout_s):
+        reply = super().run(job, timeout_s)
+        self.jobs.append((job["mod"], job["ref"] is not None, job["keep"], reply))
+        return reply
+
+
+def _adds(n: int) -> list[tvm.IRModule]:
+    """`n` distinct tiny modules (vector adds of different lengths)."""
+    return [_vector_add(size) for size in range(16, 16 + n)]
+
+
+def _vector_add(size: int) -> tvm.IRModule:
+    A = te.placeholder((size,), "float32", name="A")
+    B = te.compute((size,), lambda i: A[i] + 1.0, name="B")
+    return tvm.IRModule({"main": te.create_prim_func([A, B])})
+
+
+def test_rounds_time_modules_in_turn_keep_them_built_and_drop_failures():
+    mods = [_scheduled_gemm(), _wrong_gemm(), *_adds(_Runner.built_kept)]  # more than a worker keeps by default
+    texts = [tvm.ir.save_json(m) for m in mods]
+    with _JobLog() as log:
+        checked = measure_modules(mods[:2], TARGET, number=1, repeat=1, min_repeat_ms=1, rounds=3,
+                                  check_against=_gemm(), worker=log)
+        check_jobs, log.jobs = log.jobs, []
+        results = measure_modules(mods, TARGET, number=1, repeat=1, min_repeat_ms=1, rounds=3, worker=log)
+    # the check runs in the first round only; a module that fails it is not timed again
+    assert [(texts.index(mod), ref) for mod, ref, _, _ in check_jobs] == [(0, True), (1, True), (0, False), (0, False)]
+    assert checked[0].ok and len(checked[0].times) == 3
+    assert not checked[1].ok and "wrong result" in checked[1].error
+    # in turn, every module once per round, each built once (the first two were kept from the checked rounds)
+    assert [texts.index(mod) for mod, _, _, _ in log.jobs] == list(range(len(mods))) * 3
+    assert all(keep == len(mods) for _, _, keep, _ in log.jobs)
+    assert [texts.index(mod) for mod, _, _, reply in log.jobs if reply["build_s"] > 0] == list(range(2, len(mods)))
+    for r in results:
+        assert r.ok, r.error
+        assert len(r.times) == 3 and r.seconds == statistics.median(r.times)
 
 
 def test_cache_flush_timing(worker):

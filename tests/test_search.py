@@ -163,9 +163,8 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
     calls = []
 
     def recording(task, cands, **kw):
-        times = real(task, cands, **kw)
-        calls.append(([c.key for c in cands], kw.get("check", False), times))
-        return times
+        calls.append((len(cands), kw))
+        return real(task, cands, **kw)
 
     real = select.measure
     monkeypatch.setattr(select, "measure", recording)
@@ -173,10 +172,8 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
     tile = next(k for k, v in good[0].decisions.items() if isinstance(v, tuple))
     broken = dt.Candidate(gemm, good[0].sketch, {**good[0].decisions, tile: (7,) * len(good[0].decisions[tile])})
     times = select.measure_interleaved(gemm, [good[0], broken, good[1]], rounds=3)
-    assert [(len(keys), check) for keys, check, _ in calls] == [(3, True), (2, False), (2, False)]
+    assert calls == [(3, {"check": True, "rounds": 3})]  # rounds and their order: test_measure.py
     assert np.isinf(times[1]) and np.isfinite(times[[0, 2]]).all()
-    rounds = np.array([calls[0][2][[0, 2]], calls[1][2], calls[2][2]])
-    assert np.array_equal(times[[0, 2]], np.median(rounds, axis=0))
 
 
 def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None:
