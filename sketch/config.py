@@ -33,6 +33,10 @@ class SpaceConfig:
     # its rfactor sketches ran at 7.6 us against 17.4 us for the best plain one (Zen 4, README)
     rfactor_min_reduce: int = 16
     rfactor_space_per_core: int = 16
+    # a reduction whose output has fewer elements than cores also gets a sketch that splits the reduction in three
+    # and factors the outer and inner parts together: cores share it and each vectorizes (a 1024x1024 sum of
+    # squares, norm2: 26.4 us against 45.3 us for the best one-core sample, Zen 4, README)
+    rfactor_split: bool = True
     # rfactor sketches also in a variant whose final sum gets a compute-location hole in its consumer, as
     # MetaSchedule's space has (global_avg_pool: its sum computed in the mean's parallel loop, one nest fewer).
     # Off: in two A/B draws on norm2, softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no

@@ -58,10 +58,11 @@ class SketchState:
     def info(self, name: str) -> BlockInfo:
         return analyze_block(self.sch, name, set(self.outputs))
 
-    def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = (), stay: bool = False
-             ) -> SketchState:
+    def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = (), stay: bool = False,
+             variant: bool = False) -> SketchState:
         """A new state with `step` applied to a copy of the program and the visit moved on (`stay`: the rules
-        visit the same block again, for a step that prepares it rather than schedules it)."""
+        visit the same block again, for a step that prepares it rather than schedules it; `variant`: finished
+        after the plain derivations, so that the sketches named before it keep their names)."""
         sch = self.sch.copy()
         probe = self.probe.copy()
         if step is not None:
@@ -76,7 +77,7 @@ class SketchState:
             placed=self.placed | frozenset(placed),
             probe=probe,
             outputs=self.outputs,
-            variant=self.variant or stay,
+            variant=self.variant or stay or variant,
         )
 
 
@@ -163,6 +164,8 @@ class AddRFactor(SketchRule):
     def apply(self, state, info, ctx):
         m = ctx.config.max_innermost_factor
         plain = [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
+        if ctx.config.rfactor_split and info.space_extent < ctx.spec.cores:
+            plain.append(state.then(RFactor(info.name, "split", m), self.name, variant=True))
         if not ctx.config.rfactor_compute_location:
             return plain
         # variants: the block that sums the partial results gets a compute location in its consumer, as any

@@ -203,6 +203,32 @@ def test_inner_rfactor_indexes_its_vector_of_partial_sums_last() -> None:
     assert check_candidate(task, cand).ok
 
 
+def test_a_reduction_to_fewer_outputs_than_cores_is_also_split_between_cores_and_vector_lanes() -> None:
+    # rf[ro * RI + ri] in a nest ro (parallel), rm, ri (vectorized); appended after the sketches named before it
+    task = _task("norm2")
+    plain = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_split=False))
+    space = dt.SearchSpace(task)
+    assert [s.steps for s in space.sketches[:len(plain.sketches)]] == [s.steps for s in plain.sketches]
+    (sketch,) = [s for s in space.sketches if any(getattr(st, "variant", "") == "split" for st in s.steps)]
+    assert sketch is space.sketches[-1]
+    decisions = sample_decisions(sketch, np.random.default_rng(0))
+    rf = next(h for h in sketch.holes if h.key == "sum_sq/rf")
+    decisions["sum_sq/rf"] = (2, rf.extent // 32, 16)
+    decisions["sum_sq_rf/parallel"] = next(h for h in sketch.holes if h.key == "sum_sq_rf/parallel").options.index(2)
+    decisions["sum_sq_rf/vectorize"] = next(h for h in sketch.holes if h.key == "sum_sq_rf/vectorize").options.index(16)
+    cand = dt.Candidate(task, sketch, decisions)
+    func = cand.to_mod()["main"]
+    assert [int(x) for x in next(b for b in func.body.block.alloc_buffers if b.name == "sum_sq.rf").shape] == [1, 32]
+    kinds = []
+    tvm_ffi.structural_walk(func, [(tirx.For, lambda loop: kinds.append((loop.kind, int(loop.extent))))],
+                            order="pre")
+    assert (tirx.ForKind.PARALLEL, 2) in kinds and (tirx.ForKind.VECTORIZED, 16) in kinds
+    assert check_candidate(task, cand).ok
+    # a reduction with an output per core or more keeps its cores busy without it
+    assert not any(getattr(st, "variant", "") == "split" for s in dt.SearchSpace(_task("softmax")).sketches
+                   for st in s.steps)
+
+
 def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sketches() -> None:
     # an option (off by default), as MetaSchedule's space has: the sum of the partial sums in the mean's loop
     task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
