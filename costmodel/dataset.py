@@ -100,6 +100,7 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str | Seque
     if not cands:
         return
     task = cands[0].task
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     done = {(r.sketch, json.dumps(r.decisions, sort_keys=True)) for r in read_rows(path) if r.op == task.name}
     sources = [source] * len(cands) if isinstance(source, str) else list(source)
     todo: list[tuple[tuple[str, str], str, tvm.IRModule]] = []

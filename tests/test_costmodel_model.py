@@ -201,8 +201,9 @@ def test_kernel_settings_of_a_coefficients_file_change_the_features_and_yield_to
 def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     tasks = [_task("gemm"), _task("softmax")]
     out = tmp_path / "x86-calibrated.json"
-    coeffs = calibrate(tasks, 7, str(tmp_path / "data.jsonl"), str(out), rounds=2, progress=False)
-    rows = read_rows(str(tmp_path / "data.jsonl"))
+    data = str(tmp_path / "work" / "data.jsonl")  # a work directory that does not exist yet
+    coeffs = calibrate(tasks, 7, data, str(out), rounds=2, progress=False)
+    rows = read_rows(data)
     assert len(rows) == 14 and all(len(r.times) == 2 and r.seconds == np.median(r.times) for r in rows if r.ok)
     loaded = Coefficients.load(str(out))
     assert loaded.values == coeffs.values and "Calibrated" in loaded.origin
