@@ -391,31 +391,31 @@ def measure_modules(
         "keep": len(mods) if rounds > 1 else 0,
     }
     texts: list[str | None] = []
-    first: list[MeasureResult | None] = []
+    results: list[MeasureResult | None] = []
     for mod in mods:
         try:
             texts.append(_serialize(mod))
-            first.append(None)
+            results.append(None)
         except Exception as e:
             texts.append(None)
-            first.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
+            results.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
     per_round: list[list[float]] = [[] for _ in mods]
     with _shared_lock if worker is None else contextlib.nullcontext():
         w = worker if worker is not None else _default_worker()
         for r in range(rounds):
             for i, text in enumerate(texts):
-                if text is None or (first[i] is not None and not first[i].ok):
+                if text is None or (results[i] is not None and not results[i].ok):
                     continue
                 res = _to_result(w.run({**base, "mod": text} | ({"ref": None} if r else {}), timeout_s))
                 if r == 0:
-                    first[i] = res
+                    results[i] = res
                 elif not res.ok:  # a module that fails in a later round fails
-                    first[i] = replace(res, error=f"round {r + 1}: {res.error}", build_s=first[i].build_s)
+                    results[i] = replace(res, error=f"round {r + 1}: {res.error}", build_s=results[i].build_s)
                 per_round[i].append(res.seconds)
-    if rounds == 1:
-        return [res for res in first if res is not None]
+    if rounds == 1:  # the repeats' times as they came
+        return results
     return [res if not res.ok else replace(res, seconds=statistics.median(t), times=tuple(t))
-            for res, t in zip(first, per_round, strict=True)]
+            for res, t in zip(results, per_round, strict=True)]
 
 
 def _to_result(reply: dict[str, Any]) -> MeasureResult:

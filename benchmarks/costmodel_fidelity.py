@@ -81,16 +81,11 @@ def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None,
         task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
         space = dt.SearchSpace(task)
         t0 = time.perf_counter()
-        n = 0
-        if rounds > 1:  # one set of rounds over both sources, so that both are timed in the same phases
-            picked = [r for src in ("random", "search")
-                      for r in [r for r in rows if r.op == name and r.source == src][:limit]]
-            n += sum(1 for _ in measure_candidates([r.candidate(space) for r in picked], out,
-                                                   source=[r.source for r in picked], **timing(rounds)))
-        else:
-            for source in ("random", "search"):
-                cands = [r.candidate(space) for r in rows if r.op == name and r.source == source][:limit]
-                n += sum(1 for _ in measure_candidates(cands, out, source=source))
+        # both sources in one call: with rounds, they are timed in the same rounds
+        picked = [r for src in ("random", "search")
+                  for r in [r for r in rows if r.op == name and r.source == src][:limit]]
+        n = sum(1 for _ in measure_candidates([r.candidate(space) for r in picked], out,
+                                               source=[r.source for r in picked], **timing(rounds)))
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 

@@ -51,9 +51,9 @@ def _wrong_gemm() -> tvm.IRModule:
     return tvm.IRModule({"main": te.create_prim_func([A, B, C])})
 
 
-def _elementwise(body) -> tvm.IRModule:
-    A = te.placeholder((4,), "float32", name="A")
-    B = te.compute((4,), lambda i: body(A, i), name="B")
+def _elementwise(body, size: int = 4) -> tvm.IRModule:
+    A = te.placeholder((size,), "float32", name="A")
+    B = te.compute((size,), lambda i: body(A, i), name="B")
     return tvm.IRModule({"main": te.create_prim_func([A, B])})
 
 
@@ -108,7 +108,8 @@ def test_a_module_timed_again_is_not_built_again(worker):
 
 
 class _JobLog(MeasureWorker):
-    """A real worker that also keeps each job it was sent (without the module text) and its reply."""
+    """A real worker that also keeps, for each job it was sent, the module text, whether it carried a reference to
+    check against, the number of modules to keep built, and the reply."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -122,13 +123,7 @@ class _JobLog(MeasureWorker):
 
 def _adds(n: int) -> list[tvm.IRModule]:
     """`n` distinct tiny modules (vector adds of different lengths)."""
-    return [_vector_add(size) for size in range(16, 16 + n)]
-
-
-def _vector_add(size: int) -> tvm.IRModule:
-    A = te.placeholder((size,), "float32", name="A")
-    B = te.compute((size,), lambda i: A[i] + 1.0, name="B")
-    return tvm.IRModule({"main": te.create_prim_func([A, B])})
+    return [_elementwise(lambda A, i: A[i] + 1.0, size) for size in range(16, 16 + n)]
 
 
 def test_rounds_time_modules_in_turn_keep_them_built_and_drop_failures():
