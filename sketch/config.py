@@ -38,10 +38,12 @@ class SpaceConfig:
     # squares, norm2: 26.4 us against 45.3 us for the best one-core sample, Zen 4, README)
     rfactor_split: bool = True
     # rfactor sketches also in a variant whose final sum gets a compute-location hole in its consumer, as
-    # MetaSchedule's space has (global_avg_pool: its sum computed in the mean's parallel loop, one nest fewer).
-    # Off: in two A/B draws on norm2, softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no
-    # consistent sign, and softmax's 16 sketches (9 without) thinned its search (README, "Lines that change cores")
-    rfactor_compute_location: bool = False
+    # MetaSchedule's space has (global_avg_pool: its sum computed in the mean's parallel loop, one nest fewer and
+    # no nest that reads lines both cores wrote). "elementwise": only where the sum's one consumer reads it
+    # elementwise (a pool's mean); "all": every rfactor-ed block; "none". Not "all": in two A/B draws on norm2,
+    # softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no consistent sign, and softmax's
+    # 16 sketches (9 without) thinned its search (README, "Lines that change cores")
+    rfactor_compute_location: str = "elementwise"
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)

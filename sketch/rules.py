@@ -166,7 +166,11 @@ class AddRFactor(SketchRule):
         plain = [state.then(RFactor(info.name, variant, m), self.name) for variant in ("outer", "inner")]
         if ctx.config.rfactor_split and info.space_extent < ctx.spec.cores:
             plain.append(state.then(RFactor(info.name, "split", m), self.name, variant=True))
-        if not ctx.config.rfactor_compute_location:
+        mode = ctx.config.rfactor_compute_location
+        if mode not in ("none", "elementwise", "all"):
+            raise ValueError("SpaceConfig.rfactor_compute_location must be 'none', 'elementwise' or 'all', "
+                             f"not {mode!r}")
+        if mode == "none" or (mode == "elementwise" and not _read_elementwise_once(state, info)):
             return plain
         # variants: the block that sums the partial results gets a compute location in its consumer, as any
         # other block would (one loop nest fewer: global_avg_pool's sum and mean in one parallel loop)
@@ -177,6 +181,11 @@ class AddRFactor(SketchRule):
             if _LOCATE.condition(factored, after, ctx) is not Verdict.PASS:
                 placed += _LOCATE.apply(factored, after, ctx)
         return plain + placed
+
+
+def _read_elementwise_once(state: SketchState, info: BlockInfo) -> bool:
+    """The block's output has one consumer, which reads it at the index it writes (a pool's mean)."""
+    return len(info.consumers) == 1 and state.info(info.consumers[0]).is_elementwise_of(info)
 
 
 def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...], rows: bool = False

@@ -230,10 +230,10 @@ def test_a_reduction_to_fewer_outputs_than_cores_is_also_split_between_cores_and
 
 
 def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sketches() -> None:
-    # an option (off by default), as MetaSchedule's space has: the sum of the partial sums in the mean's loop
+    # as MetaSchedule's space has: the sum of the partial sums in the mean's loop
     task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
-    plain = dt.SearchSpace(task)
-    space = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location=True))
+    plain = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location="none"))
+    space = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location="all"))
     assert [s.steps for s in space.sketches[:len(plain.sketches)]] == [s.steps for s in plain.sketches]
     placed = [s for s in space.sketches[len(plain.sketches):] if s.rules[:2] == ("rfactor(pool_sum)",
                                                                                  "compute-location(pool_sum)")]
@@ -244,6 +244,23 @@ def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sk
         cand = dt.Candidate(task, sketch, decisions)
         assert len(cand.to_mod()["main"].body.block.body.seq) == 2  # partial sums; sum and mean in one nest
         assert check_candidate(task, cand).ok
+
+
+def test_by_default_only_a_sum_read_elementwise_is_placed_in_its_consumer() -> None:
+    # a pool's mean reads its sum elementwise: the variants are there by default; softmax's normalisation reads
+    # each row's sum for every element of the row: only with "all"
+    def names(op: str, mode: str) -> list[tuple[str, ...]]:
+        task = dt.Task.from_prim_func(workloads.small(op).prim_func(), "llvm", name=op)
+        return [s.rules for s in dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location=mode)).sketches]
+
+    assert names("global_avg_pool", "elementwise") == names("global_avg_pool", "all")
+    assert len(names("global_avg_pool", "elementwise")) > len(names("global_avg_pool", "none"))
+    assert names("softmax", "elementwise") == names("softmax", "none")
+    assert len(names("softmax", "all")) > len(names("softmax", "none"))
+    assert names("global_avg_pool", "elementwise") == [s.rules for s in dt.SearchSpace(dt.Task.from_prim_func(
+        workloads.small("global_avg_pool").prim_func(), "llvm", name="global_avg_pool")).sketches]
+    with pytest.raises(ValueError, match="rfactor_compute_location"):
+        names("global_avg_pool", "yes")
 
 
 def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
