@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class SpaceConfig:
     # elementwise (a pool's mean); "all": every rfactor-ed block; "none". Not "all": in two A/B draws on norm2,
     # softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no consistent sign, and softmax's
     # 16 sketches (9 without) thinned its search (README, "Lines that change cores")
-    rfactor_compute_location: str = "elementwise"
+    rfactor_compute_location: Literal["none", "elementwise", "all"] = "elementwise"
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)
@@ -74,3 +75,8 @@ class SpaceConfig:
     # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
     # that make the others slow (README, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rfactor_compute_location not in ("none", "elementwise", "all"):
+            raise ValueError("SpaceConfig.rfactor_compute_location must be 'none', 'elementwise' or 'all', "
+                             f"not {self.rfactor_compute_location!r}")

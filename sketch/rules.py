@@ -167,9 +167,6 @@ class AddRFactor(SketchRule):
         if ctx.config.rfactor_split and info.space_extent < ctx.spec.cores:
             plain.append(state.then(RFactor(info.name, "split", m), self.name, variant=True))
         mode = ctx.config.rfactor_compute_location
-        if mode not in ("none", "elementwise", "all"):
-            raise ValueError("SpaceConfig.rfactor_compute_location must be 'none', 'elementwise' or 'all', "
-                             f"not {mode!r}")
         if mode == "none" or (mode == "elementwise" and not _read_elementwise_once(state, info)):
             return plain
         # variants: the block that sums the partial results gets a compute location in its consumer, as any

@@ -250,18 +250,16 @@ def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sk
 def test_by_default_only_a_sum_read_elementwise_is_placed_in_its_consumer() -> None:
     # a pool's mean reads its sum elementwise: the variants are there by default; softmax's normalisation reads
     # each row's sum for every element of the row: only with "all"
-    def names(op: str, mode: str) -> list[tuple[str, ...]]:
+    def rules(op: str, **config: str) -> list[tuple[str, ...]]:
         task = dt.Task.from_prim_func(workloads.small(op).prim_func(), "llvm", name=op)
-        return [s.rules for s in dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location=mode)).sketches]
+        return [s.rules for s in dt.SearchSpace(task, config=dt.SpaceConfig(**config)).sketches]
 
-    assert names("global_avg_pool", "elementwise") == names("global_avg_pool", "all")
-    assert len(names("global_avg_pool", "elementwise")) > len(names("global_avg_pool", "none"))
-    assert names("softmax", "elementwise") == names("softmax", "none")
-    assert len(names("softmax", "all")) > len(names("softmax", "none"))
-    assert names("global_avg_pool", "elementwise") == [s.rules for s in dt.SearchSpace(dt.Task.from_prim_func(
-        workloads.small("global_avg_pool").prim_func(), "llvm", name="global_avg_pool")).sketches]
+    assert rules("global_avg_pool") == rules("global_avg_pool", rfactor_compute_location="all")
+    assert len(rules("global_avg_pool")) > len(rules("global_avg_pool", rfactor_compute_location="none"))
+    assert rules("softmax") == rules("softmax", rfactor_compute_location="none")
+    assert len(rules("softmax", rfactor_compute_location="all")) > len(rules("softmax"))
     with pytest.raises(ValueError, match="rfactor_compute_location"):
-        names("global_avg_pool", "yes")
+        dt.SpaceConfig(rfactor_compute_location="yes")
 
 
 def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
