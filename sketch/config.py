@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+# where an rfactor-ed block's final sum may also be computed (`SpaceConfig.rfactor_compute_location`)
+SumPlacement = Literal["none", "elementwise", "all"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class SpaceConfig:
     # elementwise (a pool's mean); "all": every rfactor-ed block; "none". Not "all": in two A/B draws on norm2,
     # softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no consistent sign, and softmax's
     # 16 sketches (9 without) thinned its search (README, "Lines that change cores")
-    rfactor_compute_location: Literal["none", "elementwise", "all"] = "elementwise"
+    rfactor_compute_location: SumPlacement = "elementwise"
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)
@@ -77,6 +80,6 @@ class SpaceConfig:
     cpu_pack_critical_rows: bool = True
 
     def __post_init__(self) -> None:
-        if self.rfactor_compute_location not in ("none", "elementwise", "all"):
-            raise ValueError("SpaceConfig.rfactor_compute_location must be 'none', 'elementwise' or 'all', "
+        if self.rfactor_compute_location not in get_args(SumPlacement):
+            raise ValueError(f"SpaceConfig.rfactor_compute_location must be one of {get_args(SumPlacement)}, "
                              f"not {self.rfactor_compute_location!r}")
