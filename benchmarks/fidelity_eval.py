@@ -304,7 +304,8 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         meas = np.array([r.seconds for r, _ in data])
         spreads = np.array([(max(r.times) - min(r.times)) / r.seconds for r, _ in data if len(r.times) > 1])
         # fits on random rows only: other operators' searched rows made the held-out ranking worse on both machines
-        # (top-1 of a search's best predictions 0.60 -> 0.50 on Zen 3, 0.68 -> 0.59 on Zen 4; README)
+        # (top-1 of a search's best predictions 0.60 -> 0.50 on Zen 3, 0.68 -> 0.59 on Zen 4;
+        # docs/measurements-costmodel.md)
         others = [(r, e) for o, d in by_op.items() if o != op for r, e in d if r.source == "random"]
         F_train = np.array([e["values"] for _, e in others])
         y_train = np.array([r.seconds for r, _ in others])
@@ -365,11 +366,11 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
                    "parallel nests against the same nests serial).")
     if l1_hidden:
         origin += (f" L1 refills up to {l1_hidden} lines per kernel-model cycle are taken as hidden behind the kernel "
-                   "(not fitted: chosen with benchmarks/l1_overlap.py, README 'L1 refills hidden behind the kernel, "
-                   "adopted').")
+                   "(not fitted: chosen with benchmarks/l1_overlap.py, docs/measurements-costmodel.md 'L1 refills "
+                   "hidden behind the kernel, adopted').")
     if kernel:
-        origin += (f" Features computed with the kernel-model settings {kernel} (not fitted: see README "
-                   "'Accumulator reloads that miss L1').")
+        origin += (f" Features computed with the kernel-model settings {kernel} (not fitted: see "
+                   "docs/measurements-one-operator.md 'Accumulator reloads that miss L1').")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                  {"fit_median_rel_error": rel} | Coefficients.l1_hidden_entry(l1_hidden)
                  | Coefficients.kernel_entry(kernel)).save(out)

@@ -79,21 +79,22 @@ class KernelConfig:
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
     # LLVM's loop vectorizer gathers a strided load of a multiply-add body whose copies reach into the next lane's
     # elements (a 3-wide window at stride 2: offsets 0, 1, 2), on every AVX-512 CPU checked (znver4, znver5,
-    # skylake-avx512); a depthwise stride-2 candidate predicted first ran 3.4x slower than the best sample (README)
+    # skylake-avx512); a depthwise stride-2 candidate predicted first ran 3.4x slower than the best sample
+    # (docs/measurements-costmodel.md)
     overlapping_strides_gather: bool = False
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
-    # A TVM vector moved in more memory pieces than it has registers is widened (10 lanes: one zmm, 8 + 2 pieces;
-    # 6: one ymm, 4 + 2): each load joins its pieces with an insert and each store splits them with an extract, on the
-    # FP pipes beside the FMAs (Zen 5 microbenchmark, README "Widened vectors": an accumulator update on 10 or 12
-    # lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
+    # A TVM vector moved in more memory pieces than it has registers is widened (10 lanes: one zmm, 8 + 2 pieces; 6: one
+    # ymm, 4 + 2): each load joins its pieces with an insert and each store splits them with an extract, on the FP pipes
+    # beside the FMAs (Zen 5 microbenchmark, docs/measurements-costmodel.md "Widened vectors": an accumulator update on
+    # 10 or 12 lanes in a zmm, or 6 in a ymm, runs 1.2-1.7x slower than on 16 or 8 lanes, at any alignment)
     widen_cost: float = 1.0  # FP-pipe slots per such insert or extract (0: not counted at all)
-    # LLVM's LICM hoists a contiguous operand that does not change with the innermost iterating loop; when its vector
-    # is wider than a register and its lane count not a power of two (20, 24, 40, 48, 80; 12 with AVX2), the hoisted
-    # load is assembled lane by lane in the loop's preheader (vmovss and vinsertps per lane), once per run of the
-    # loop and not overlapped with it. `preheader_lane_cycles` per lane (a load and an insert): on Zen 4 a 48-lane
-    # tile over 2 row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at the same (README)
+    # LLVM's LICM hoists a contiguous operand that does not change with the innermost iterating loop; when its vector is
+    # wider than a register and its lane count not a power of two (20, 24, 40, 48, 80; 12 with AVX2), the hoisted load
+    # is assembled lane by lane in the loop's preheader (vmovss and vinsertps per lane), once per run of the loop and
+    # not overlapped with it. `preheader_lane_cycles` per lane (a load and an insert): on Zen 4 a 48-lane tile over 2
+    # row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at the same (docs/measurements-costmodel.md)
     hoisted_by_lane: bool = True
     preheader_lane_cycles: float = 1.0
     # Accumulators of half-register TVM vectors (8 lanes with AVX-512) held in registers across the reduction loop
@@ -109,27 +110,29 @@ class KernelConfig:
     # reaches 960, were not)
     llvm_unroll_nest_factor: float = 2.0
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
-    # `large_body_width` per cycle. Measured on Zen 5 (README, "Large unrolled bodies"): a 1024-FMA GEMM body (1910
-    # instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a 32-FMA loop; the GEMM
-    # search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted, 16-FMA loops 1.2x.
+    # `large_body_width` per cycle. Measured on Zen 5 (docs/measurements-costmodel.md, "Large unrolled bodies"): a
+    # 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a
+    # 32-FMA loop; the GEMM search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted,
+    # 16-FMA loops 1.2x.
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
     # Cycles per cache line that a nest reads from an intermediate another core wrote in an earlier nest (a parallel
     # nest read by a serial one, or two parallel nests that split the buffer differently). The two vCPUs of these
-    # machines share a line in ~30 ns or, in other phases, ~170 ns (a ping-pong between them, README "Lines that
-    # change cores"): global_avg_pool's sum read serially after its parallel partial sums ran 6.3 or 17.7 us.
+    # machines share a line in ~30 ns or, in other phases, ~170 ns (a ping-pong between them,
+    # docs/measurements-costmodel.md "Lines that change cores"): global_avg_pool's sum read serially after its parallel
+    # partial sums ran 6.3 or 17.7 us.
     remote_line_cycles: float = 40.0
     # Cycles per accumulator vector each time a reduction loop that keeps its accumulators in registers starts on
     # another output tile (the loop around it walks the output): the finished tile is stored and the next one
     # loaded between the two runs of FMA chains, not overlapped with them. A MobileNet-V2 1x1 convolution (14
     # accumulators, reduction split 12 x 8 around 14 output tiles) ran 118 us, 102 us with the reduction whole
-    # (README, "Pumped pipes and accumulator reloads"). 0 disables.
+    # (docs/measurements-costmodel.md, "Pumped pipes and accumulator reloads"). 0 disables.
     accumulator_reload_cycles: float = 1.0
-    # Cycles per accumulator vector of such a reload when the output tiles that the loop around walks between two
-    # runs on the same tile crowd one L1 set beyond its ways, so that the tile comes back from L2 (gemm_bert: an
-    # 8 x 32 tile walking 16 tiles of rows 12 KiB apart cost 10-11 cycles per reloaded line, README "Accumulator
-    # reloads that miss L1"). Conflict misses only: a walk whose lines exceed L1 as a whole streams in. 0, the
-    # default: such reloads cost `accumulator_reload_cycles` like the others. A calibration sets it for its machine
+    # Cycles per accumulator vector of such a reload when the output tiles that the loop around walks between two runs
+    # on the same tile crowd one L1 set beyond its ways, so that the tile comes back from L2 (gemm_bert: an 8 x 32 tile
+    # walking 16 tiles of rows 12 KiB apart cost 10-11 cycles per reloaded line, docs/measurements-one-operator.md
+    # "Accumulator reloads that miss L1"). Conflict misses only: a walk whose lines exceed L1 as a whole streams in. 0,
+    # the default: such reloads cost `accumulator_reload_cycles` like the others. A calibration sets it for its machine
     # (the Zen 4 file: 5, its refit moved the held-out median top-1 0.796 -> 0.852, Spearman 0.831 -> 0.829).
     evicted_reload_cycles: float = 0.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
@@ -497,7 +500,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     # LLVM's LICM loads an operand that does not change with the innermost iterating loop once before it (an
     # unconditional load of a noalias buffer), and its cost is shared by that loop's iterations, when the hoisted
     # vectors and the body's outputs fit the registers (otherwise the assembly rebuilds most of them in the loop).
-    # Credited for operands assembled lane by lane, where it changes the body's cost by large factors (README)
+    # Credited for operands assembled lane by lane, where it changes the body's cost by large factors
+    # (docs/measurements-costmodel.md)
     operands = []  # (access, kind, distinct elements in the body, hoistable)
     for a in in_memory:
         if is_update and a.buffer == out.buffer:

@@ -29,24 +29,25 @@ class SpaceConfig:
     cpu_gather_lanes: int | None = 16
     cpu_gather_unroll: int | None = 64
     cpu_gather_bytes: int = 64
-    # CPU: a nest may also stay serial (parallel depth 0, the last option so that older records keep their
-    # meaning). Entering a parallel region costs ~1.6 us on the 2-core VMs here (8 empty regions: 13 us), so a
-    # 7x7 global pool of 2048 channels ran in 5.7 us serial against 8-12 us parallel (Zen 5, README)
+    # CPU: a nest may also stay serial (parallel depth 0, the last option so that older records keep their meaning).
+    # Entering a parallel region costs ~1.6 us on the 2-core VMs here (8 empty regions: 13 us), so a 7x7 global pool of
+    # 2048 channels ran in 5.7 us serial against 8-12 us parallel (Zen 5, docs/measurements-costmodel.md, "Parallel
+    # regions")
     cpu_serial_option: bool = True
-    # rfactor when the reduction is long and the spatial extent leaves cores idle. 16 takes in a 7x7 global pool:
-    # its rfactor sketches ran at 7.6 us against 17.4 us for the best plain one (Zen 4, README)
+    # rfactor when the reduction is long and the spatial extent leaves cores idle. 16 takes in a 7x7 global pool: its
+    # rfactor sketches ran at 7.6 us against 17.4 us for the best plain one (Zen 4, docs/measurements-one-operator.md)
     rfactor_min_reduce: int = 16
     rfactor_space_per_core: int = 16
     # a reduction whose output has fewer elements than cores also gets a sketch that splits the reduction in three
     # and factors the outer and inner parts together: cores share it and each vectorizes (a 1024x1024 sum of
-    # squares, norm2: 26.4 us against 45.3 us for the best one-core sample, Zen 4, README)
+    # squares, norm2: 26.4 us against 45.3 us for the best one-core sample, Zen 4, docs/measurements-one-operator.md)
     rfactor_split: bool = True
     # rfactor sketches also in a variant whose final sum gets a compute-location hole in its consumer, as
     # MetaSchedule's space has (global_avg_pool: its sum computed in the mean's parallel loop, one nest fewer and
     # no nest that reads lines both cores wrote). "elementwise": only where the sum's one consumer reads it
     # elementwise (a pool's mean); "all": every rfactor-ed block; "none". Not "all": in two A/B draws on norm2,
     # softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no consistent sign, and softmax's
-    # 16 sketches (9 without) thinned its search (README, "Lines that change cores")
+    # 16 sketches (9 without) thinned its search (docs/measurements-costmodel.md, "Lines that change cores")
     rfactor_compute_location: SumPlacement = "elementwise"
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
@@ -70,13 +71,13 @@ class SpaceConfig:
     cpu_pack_operands: bool = True
     pack_widths: tuple[int, ...] = (1, 2, 4)  # panel widths in vectors
     # CPU: when the other input of a packed matmul (A of a GEMM, whose rows the register tile broadcasts) has rows a
-    # multiple of the L1 way size apart, all in one L1 set, the packed sketches get variants that pack it too, in
-    # panels of this many rows, as BLAS packs A (GEMM 1024^3 on Zen 5: the search's pick ran 7.50 ms, 5.14 ms with
-    # A's rows padded by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants. Not offered for
-    # other shapes: the extra sketches only thinned 60-s searches of gemm_bert, dense and batch_matmul (README)
+    # multiple of the L1 way size apart, all in one L1 set, the packed sketches get variants that pack it too, in panels
+    # of this many rows, as BLAS packs A (GEMM 1024^3 on Zen 5: the search's pick ran 7.50 ms, 5.14 ms with A's rows
+    # padded by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants. Not offered for other shapes: the
+    # extra sketches only thinned 60-s searches of gemm_bert, dense and batch_matmul (docs/measurements-one-operator.md)
     pack_row_widths: tuple[int, ...] = (4, 8, 16)
     # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
-    # that make the others slow (README, "Why the GEMM pick runs at half the peak")
+    # that make the others slow (docs/measurements-one-operator.md, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True
 
     def __post_init__(self) -> None:

@@ -197,9 +197,10 @@ class RFactor(Step):
     `variant="outer"` factors the outer part (parallel partial sums, indexed first: rf[ro, s...]), `"inner"`
     the inner part (vectorizable partial sums, indexed last: rf[s..., ri], so that the vectorized loop over ri
     writes consecutive floats; indexed first they lie a whole output apart, and a 7x7 global pool of 2048
-    channels ran 1.2-9x slower, Zen 4, README). `"split"` splits the reduction in three and factors the outer
-    and inner parts together (rf[s..., ro * RI + ri], loops ro, rm, ri: cores share the reduction and each
-    vectorizes over ri; a whole-matrix sum of squares ran 1.7x faster than on one core, Zen 4, README).
+    channels ran 1.2-9x slower, Zen 4, docs/measurements-one-operator.md). `"split"` splits the reduction in
+    three and factors the outer and inner parts together (rf[s..., ro * RI + ri], loops ro, rm, ri: cores share
+    the reduction and each vectorizes over ri; a whole-matrix sum of squares ran 1.7x faster than on one core,
+    Zen 4, docs/measurements-one-operator.md).
     """
 
     block: str
