@@ -70,8 +70,11 @@ def model_class(spec: CostModelSpec) -> type | None:
 
 def has_cheap_prescore(spec: CostModelSpec, target: Target) -> bool:
     """Whether prescoring for `target` is cheaper than `predict`: the model overrides `prescore`, and unless
-    its class says otherwise with a `prescore_is_cheap(target)` class method, it is."""
+    its class says otherwise with a `prescore_is_cheap(target)` class method, it is. A factory whose product
+    cannot be told from the spec (a function or lambda) is called once here to see it."""
     cls = model_class(spec)
+    if cls is None and callable(spec):
+        cls = type(build_cost_model(spec, target))
     if cls is None or cls.prescore is CostModel.prescore:
         return False
     probe = getattr(cls, "prescore_is_cheap", None)
@@ -121,8 +124,12 @@ class Scorer(abc.ABC):
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores: ...
 
     def prescore_is_cheap(self, task: Task) -> bool:
-        """Whether filtering a larger population by `prescore` pays for this task."""
-        return has_cheap_prescore(self.spec, task.target)
+        """Whether filtering a larger population by `prescore` pays for this task (asked once per target)."""
+        known = self.__dict__.setdefault("_cheap_prescore", {})
+        key = str(task.target)
+        if key not in known:
+            known[key] = has_cheap_prescore(self.spec, task.target)
+        return known[key]
 
     def close(self) -> None:
         """Release workers (nothing for an in-process scorer)."""

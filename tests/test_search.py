@@ -16,6 +16,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.annotate.candidate import Candidate
 from drytune.annotate.sample import sample_decisions
+from drytune.costmodel.base import CostModel
 from drytune.costmodel.model import StaticCostModel
 from drytune.records import RECORD_FILE, RecordStore, candidate_from_trace
 from drytune.search import LocalScorer, TaskTuner, tune
@@ -186,6 +187,22 @@ def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None
     np.testing.assert_allclose(remote.seconds, local.score(gemm, cands).seconds, rtol=1e-9)
     np.testing.assert_allclose(pre.seconds, local.score(gemm, cands, "prescore").seconds, rtol=1e-9)
     assert remote.reasons == [None] * len(cands)
+
+
+class _FlopModel(CostModel):
+    """Predicts from the FLOP count alone and keeps the default `prescore` (which is `predict` itself)."""
+
+    def predict(self, task: dt.Task, candidates) -> np.ndarray:
+        return np.full(len(candidates), task.flops * 1e-11)
+
+
+def test_a_cost_model_factory_keeps_the_cheap_prescore_of_what_it_builds(gemm: dt.Task) -> None:
+    """A function that builds the static model (say with another coefficients file) filters populations by its
+    pre-score as the class itself does; a factory of a model without a pre-score of its own does not."""
+    assert LocalScorer(None).prescore_is_cheap(gemm)
+    assert LocalScorer(lambda target: StaticCostModel(target, kernel_overrides={})).prescore_is_cheap(gemm)
+    assert not LocalScorer(lambda target: _FlopModel()).prescore_is_cheap(gemm)
+    assert not LocalScorer(_FlopModel).prescore_is_cheap(gemm)
 
 
 def test_crashing_candidate_is_invalid_and_search_goes_on(gemm: dt.Task, tmp_path) -> None:
