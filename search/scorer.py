@@ -123,13 +123,17 @@ class Scorer(abc.ABC):
     @abc.abstractmethod
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores: ...
 
+    @functools.cached_property
+    def _cheap_prescore(self) -> dict[str, bool]:
+        """`prescore_is_cheap` per target: a factory spec is built to answer it, and rounds ask every time."""
+        return {}
+
     def prescore_is_cheap(self, task: Task) -> bool:
-        """Whether filtering a larger population by `prescore` pays for this task (asked once per target)."""
-        known = self.__dict__.setdefault("_cheap_prescore", {})
+        """Whether filtering a larger population by `prescore` pays for this task."""
         key = str(task.target)
-        if key not in known:
-            known[key] = has_cheap_prescore(self.spec, task.target)
-        return known[key]
+        if key not in self._cheap_prescore:
+            self._cheap_prescore[key] = has_cheap_prescore(self.spec, task.target)
+        return self._cheap_prescore[key]
 
     def close(self) -> None:
         """Release workers (nothing for an in-process scorer)."""
