@@ -78,7 +78,8 @@ def tune_network(
     global budget). Candidates are scored on Ray: an embedded local Ray (`num_workers` actors, default one per
     CPU), the cluster at `ray_address` / $RAY_ADDRESS, or in this process with `num_workers=0`. With
     `verify_top_k`, each task's k best predictions are measured on this CPU and the fastest is built (the only
-    step that runs candidates; off by default). `fast_math`: exp, erf and tanh as vectorizing polynomials
+    step that runs candidates; off by default; tasks below `config.verify_min_share` of the predicted latency are
+    left to the model). `fast_math`: exp, erf and tanh as vectorizing polynomials
     instead of one libm call per vector lane (`drytune.fastmath`; checked against the framework like the rest).
     `layout`: "auto" converts convolutions to channels-last (NHWC, HWIO weights) on CPU targets and keeps the
     imported layout on GPUs; "NHWC" or "keep" force one (`drytune.layout`). Inputs and outputs keep the model's
@@ -127,7 +128,8 @@ def tune_network(
         if own_scorer:
             scorer.close()
 
-    preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir) if verify_top_k > 0 else None
+    preferred = (verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share)
+                 if verify_top_k > 0 else None)
     inputs = reference = None
     if check:
         from ..network import random_inputs
@@ -140,9 +142,13 @@ def tune_network(
                         built=built, work_dir=work_dir, phase_seconds=tuner.phase_seconds)
 
 
-def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str, Record]:
+def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0) -> dict[str, Record]:
     """Measure the k best candidates of every tuned task on this CPU; the fastest of each is preferred in the build,
-    and the measured seconds go to the work directory's measured.json (the report's "measured" column)."""
+    and the measured seconds go to the work directory's measured.json (the report's "measured" column).
+
+    Tasks go in order of their share of the predicted network latency (weight x best prediction); those below
+    `min_share` keep the model's choice: measuring them costs as much as measuring a large task and gains nothing
+    visible."""
     from ..search.select import SearchError, runs_here, select_best
     from .report import MEASURED_FILE
 
@@ -154,15 +160,24 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str) -> dict[str
     if os.path.exists(path):
         with open(path) as f:
             measured = json.load(f)
-    preferred = {}
+    shares: dict[int, float] = {}
     for i, nt in enumerate(tuner.tasks):
-        if tuner.limits[i].skip:
-            continue
-        archive = tuner.tuner(i).archive
-        if not archive.top(1):
+        best = tuner.tuner(i).archive.top(1) if not tuner.limits[i].skip else []
+        if best:
+            shares[i] = float(nt.weight) * best[0][1]
+    total = sum(shares.values()) or 1.0
+    order = sorted(shares, key=shares.get, reverse=True)
+    small = [tuner.tasks[i].name for i in order if shares[i] / total < min_share]
+    if small:
+        log.info("verify_top_k: %d tasks below %.1f%% of the predicted latency keep the model's choice: %s",
+                 len(small), 100 * min_share, ", ".join(small))
+    preferred = {}
+    for i in order:
+        nt = tuner.tasks[i]
+        if shares[i] / total < min_share:
             continue
         try:
-            sel = select_best(nt.task, archive, verify_top_k=k)
+            sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k)
         except SearchError as err:
             log.warning("verify_top_k: %s", err)
             continue

@@ -62,6 +62,19 @@ class ScorerConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """How verify_top_k times the k best predictions: interleaved rounds, each timing every candidate once.
+
+    Rounds matter more than repeats here: the machine's slow phases last seconds, far longer than one repeat. Three
+    repeats of at least 10 ms gave the same medians (within 1%) as five of 20 ms on MobileNet-V2's tasks at 0.4x
+    the time (session 43)."""
+
+    rounds: int = 3  # the median over rounds decides
+    repeat: int = 3  # repeats per round; a round's time is their median
+    min_repeat_ms: int = 10  # runs per repeat grow until a repeat lasts this long
+
+
+@dataclass(frozen=True)
 class TuneConfig:
     """The tuning loop: round size, budget defaults, prescore filtering and the final check."""
 
@@ -70,4 +83,4 @@ class TuneConfig:
     prescore_oversample: int = 8  # proposed per slot when the model has a cheaper prescore (it costs ~1/50 of a
     # full score; benchmarks/results/prescore_filter_znver3.md: best of 3 full scores 0.71 of the best at 4x, 0.76 8x)
     check_attempts: int = 8  # candidates tried, best first, until one passes the numeric check
-    verify_rounds: int = 3  # verify_top_k: rounds timing each of the k once, in turn; the median decides
+    verify: VerifyConfig = VerifyConfig()

@@ -14,6 +14,7 @@ from ..errors import TVM_ERRORS, DrytuneError
 from ..measure import measure
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
+from .config import VerifyConfig
 from .strategy import Archive
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class Selection:
     check: str  # how `best` was checked
 
 
+_VERIFY = VerifyConfig()
 _ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "lzcnt", "movbe", "neon", "sve")
 
 
@@ -51,20 +53,21 @@ def runs_here(target: tvm.target.Target) -> bool:
     return wanted <= {str(f) for f in codegen.llvm_get_cpu_features(host)}
 
 
-def measure_interleaved(task: Task, candidates: list[Candidate], rounds: int) -> np.ndarray:
-    """Median measured seconds of each candidate over `rounds` rounds that time every candidate once, in turn (the
-    first round also checks outputs; failures are inf). One pass in order would credit a slow phase of the machine,
-    or work still winding down after a search, to whichever candidate it fell on."""
-    return measure(task, candidates, check=True, rounds=rounds)
+def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyConfig = _VERIFY) -> np.ndarray:
+    """Median measured seconds of each candidate over `verify.rounds` rounds that time every candidate once, in turn
+    (the first round also checks outputs against the unscheduled program; failures are inf). One pass in order would
+    credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on."""
+    return measure(task, candidates, check=True, rounds=verify.rounds, repeat=verify.repeat,
+                   min_repeat_ms=verify.min_repeat_ms)
 
 
-def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify_rounds: int = 3,
+def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: VerifyConfig = _VERIFY,
                 attempts: int = 8) -> Selection:
     """The best candidate that passes the check, by measured time among the verified top-k, else by prediction.
 
-    The check compares the output with the unscheduled program's when the target runs on this CPU; otherwise
-    (GPU, other architectures) the candidate must at least build. Raises `SearchError` if none of the
-    `attempts` best candidates passes.
+    The check compares the output with the unscheduled program's when the target runs on this CPU (a measured
+    candidate was compared while it was measured); otherwise (GPU, other architectures) the candidate must at
+    least build. Raises `SearchError` if none of the `attempts` best candidates passes.
     """
     top = archive.top(max(attempts, verify_top_k))
     if not top:
@@ -75,17 +78,22 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify_r
     if verify_top_k > 0:
         if local:
             head = top[:verify_top_k]
-            times = measure_interleaved(task, [c for c, _ in head], verify_rounds)
+            times = measure_interleaved(task, [c for c, _ in head], verify)
             measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
             ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])
             order = [(c, p) for c, p, _ in ranked] + [x for x in top if x[0] not in {c for c, _, _ in ranked}]
         else:
             log.warning("verify_top_k: target %s does not run on this machine; not measured", task.target.kind.name)
     measured = {c.key: t for c, _, t in measured_top}
-    reference = run_module(task.mod, task, random_inputs(task)) if local else None
+    reference = None
     for cand, predicted in order:
+        t = measured.get(cand.key)
+        if t is not None and math.isfinite(t):  # measured, so its output was checked in the measuring worker
+            return Selection(cand, predicted, t, measured_top, "output matches the unscheduled program")
         try:
-            if reference is not None:
+            if local:
+                if reference is None:
+                    reference = run_module(task.mod, task, random_inputs(task))
                 check_candidate(task, cand, reference=reference)
                 how = "output matches the unscheduled program"
             else:
@@ -94,6 +102,5 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify_r
         except (DrytuneError, *TVM_ERRORS) as err:
             log.warning("best candidate %s failed the check (%s); trying the next", cand, err)
             continue
-        t = measured.get(cand.key)
-        return Selection(cand, predicted, t if t is not None and math.isfinite(t) else None, measured_top, how)
+        return Selection(cand, predicted, None, measured_top, how)
     raise SearchError(f"none of the {len(order)} best candidates of task {task.name!r} passed the check")

@@ -133,7 +133,7 @@ def tune(
     finally:
         if own_scorer:
             scorer.close()
-    chosen = select_best(task, tuner.archive, verify_top_k=verify_top_k, verify_rounds=config.verify_rounds,
+    chosen = select_best(task, tuner.archive, verify_top_k=verify_top_k, verify=config.verify,
                          attempts=config.check_attempts)
     return TuneResult(
         task=task, best=chosen.best, predicted=chosen.predicted, measured=chosen.measured, curve=tuner.curve,

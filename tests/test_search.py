@@ -172,9 +172,28 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
     good = dt.SearchSpace(gemm).sample(2, seed=4)
     tile = next(k for k, v in good[0].decisions.items() if isinstance(v, tuple))
     broken = dt.Candidate(gemm, good[0].sketch, {**good[0].decisions, tile: (7,) * len(good[0].decisions[tile])})
-    times = select.measure_interleaved(gemm, [good[0], broken, good[1]], rounds=3)
-    assert calls == [(3, {"check": True, "rounds": 3})]  # rounds and their order: test_measure.py
+    times = select.measure_interleaved(gemm, [good[0], broken, good[1]], select.VerifyConfig(rounds=3))
+    assert calls == [(3, {"check": True, "rounds": 3, "repeat": 3, "min_repeat_ms": 10})]  # order: test_measure.py
     assert np.isinf(times[1]) and np.isfinite(times[[0, 2]]).all()
+
+
+def test_verified_tune_returns_the_fastest_measured_of_the_top_k(gemm: dt.Task, monkeypatch) -> None:
+    """With verify_top_k the measured fastest wins (not the best prediction), and the check made while measuring
+    is the one reported: the candidate is not built and run a second time to check it."""
+    from drytune.search import select
+
+    rechecks = []
+    monkeypatch.setattr(select, "check_candidate", lambda *a, **kw: rechecks.append(a))
+    result = tune(gemm, trials=24, strategy="evolutionary", num_workers=0, progress=False, verify_top_k=3,
+                  config=TuneConfig(round_size=8))
+    assert len(result.measured_top) == 3
+    times = [t for _, _, t in result.measured_top]
+    assert np.isfinite(times).all() and result.measured == min(times)
+    assert result.best.key == min(result.measured_top, key=lambda x: x[2])[0].key
+    assert result.check == "output matches the unscheduled program" and rechecks == []
+    out = run_module(result.best.to_mod(), gemm, random_inputs(gemm))
+    ref = run_module(gemm.mod, gemm, random_inputs(gemm))
+    np.testing.assert_allclose(out[-1], ref[-1], rtol=1e-3, atol=1e-3)
 
 
 def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None:
