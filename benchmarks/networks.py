@@ -205,7 +205,11 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
     measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
-    return {"verify_wall_s": wall, "wall_s": tuning["wall_s"] + wall, "verify_top_k": cfg.verify_top_k,
+    verify_s = tuned.phase_seconds.get("verify", math.nan)
+    # one tune_network(..., verify_top_k=k) call pays the measuring on top of the tuning run; this phase's second
+    # call also imports, extracts, restores the records and builds again
+    return {"verify_wall_s": wall, "wall_s": tuning["wall_s"] + wall, "verify_s": verify_s,
+            "one_call_wall_s": tuning["wall_s"] + verify_s, "verify_top_k": cfg.verify_top_k,
             "tasks_measured": len(measured), "measured_s": measured,
             "predicted_s": tuned.report().predicted_total, "check": tuned.check,
             "phase_seconds": tuned.phase_seconds}
@@ -508,10 +512,12 @@ def markdown(report: dict) -> str:
     verified = {m: row for m, row in report["models"].items() if row.get("verified")}
     if verified:
         lines += ["", "drytune with verification: the same records, each task's k best predictions measured on this "
-                  "CPU and the fastest built (wall time = drytune's + the verify phase's import, measurements, build "
-                  "and check).", "",
-                  "| model | dt+verify ms | wall s (verify s) | k | tasks measured | dt+v/dt | dt+v/MS-short "
-                  "| dt+v/MS-long | dt+v/torch | max abs error |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "CPU and the fastest built. One call: drytune's wall time + the measuring, what one "
+                  "tune_network(..., verify_top_k=k) call takes; two calls: drytune's + the whole verify phase, "
+                  "which imports, extracts, restores the records and builds again.", "",
+                  "| model | dt+verify ms | wall s, one call (measuring s) | wall s, two calls | k | tasks measured "
+                  "| dt+v/dt | dt+v/MS-short | dt+v/MS-long | dt+v/torch | max abs error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for model, row in verified.items():
             v, meas = row["verified"], row.get("measure") or {}
             ratios, err = meas.get("ratios", {}), meas.get("error_vs_torch", {}).get("drytune_verified")
@@ -520,7 +526,8 @@ def markdown(report: dict) -> str:
                 "drytune_verified/torch"))
             err_text = "-" if err is None else f"{err['max_abs']:.1e}"
             lines.append(f"| {model} | {_ms(meas.get('median_s', {}).get('drytune_verified'))} "
-                         f"| {v.get('wall_s', math.nan):.0f} ({v.get('verify_wall_s', math.nan):.0f}) "
+                         f"| {v.get('one_call_wall_s', math.nan):.0f} ({v.get('verify_s', math.nan):.0f}) "
+                         f"| {v.get('wall_s', math.nan):.0f} "
                          f"| {v.get('verify_top_k', '-')} | {v.get('tasks_measured', '-')} | {' | '.join(cells)} "
                          f"| {err_text} |")
     failed = [(m, k, d["error"].strip().splitlines()[-1]) for m, row in report["models"].items()

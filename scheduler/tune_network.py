@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -128,8 +129,12 @@ def tune_network(
         if own_scorer:
             scorer.close()
 
-    preferred = (verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share)
-                 if verify_top_k > 0 else None)
+    phase_seconds = dict(tuner.phase_seconds)
+    preferred = None
+    if verify_top_k > 0:
+        t0 = time.perf_counter()
+        preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share)
+        phase_seconds["verify"] = time.perf_counter() - t0
     inputs = reference = None
     if check:
         from ..network import random_inputs
@@ -139,7 +144,7 @@ def tune_network(
     built = build_checked(fused, tasks, store, tvm_target, reference=reference, inputs=inputs,
                           rtol=config.check_rtol, atol=config.check_atol, preferred=preferred)
     return TunedNetwork(network=network, target=tvm_target, tasks=tasks, skipped=skipped, states=tuner.states,
-                        built=built, work_dir=work_dir, phase_seconds=tuner.phase_seconds)
+                        built=built, work_dir=work_dir, phase_seconds=phase_seconds)
 
 
 def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0) -> dict[str, Record]:

@@ -24,7 +24,8 @@ class TunedNetwork:
     states: list[TaskState]
     built: BuiltNetwork
     work_dir: str
-    phase_seconds: dict[str, float] = field(default_factory=dict)  # this run's rounds: propose/prescore/predict
+    # this run's rounds (propose/prescore/predict) and, with verify_top_k, the measuring of the best (verify)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def check(self) -> str:

@@ -188,6 +188,7 @@ def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_
     assert large and small  # the tiny ResNet has both kinds at 5%
     assert all(rows[n].measured is not None and rows[n].measured > 0 for n in large)
     assert all(rows[n].measured is None for n in small)  # left to the model
+    assert net.phase_seconds["verify"] > 0
     assert "matches the reference" in net.check
 
 
