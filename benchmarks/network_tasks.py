@@ -7,7 +7,9 @@ database in MODEL/ms_long_db); runs after its tune phases.
     python benchmarks/network_tasks.py --model mobilenet_v2 --work-dir drytune-work/networks_znver4_v2 --tag znver4
 
 With `--baseline-work-dir`, the picks of a second work directory of the same model (tuned with an earlier model, say)
-are timed in the same rounds, so that two models' picks compare without the machine's phase between them.
+are timed in the same rounds, so that two models' picks compare without the machine's phase between them. With
+`--top-k K`, each task's next K-1 best predictions are timed in the same rounds too: what `verify_top_k=k` could gain
+for k = 1..K (the fastest of the k by the same medians, so slightly optimistic).
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ def picked_mod(choice, nt) -> tvm.IRModule:
     return choice.record.to_schedule().mod if choice.record is not None else nt.task.mod
 
 
+def next_best(store: RecordStore, task, pick, n: int) -> list:
+    """Up to `n` records of the task with the best predictions after `pick`'s, one per distinct schedule."""
+    seen = {str(pick.trace)} if pick is not None else set()
+    out = []
+    for rec in sorted(store.records(task), key=lambda r: r.seconds):
+        if len(out) == n:
+            break
+        if str(rec.trace) not in seen:
+            seen.add(str(rec.trace))
+            out.append(rec)
+    return out
+
+
 def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.Target, str]:
     """The runtime's thread count set, the benchmark's target, and the model's folder in a networks.py work dir."""
     os.environ["TVM_NUM_THREADS"] = str(threads)
@@ -58,13 +73,16 @@ def main() -> int:
     ap.add_argument("--baseline-work-dir", default=None,
                     help="another networks.py work dir of the same model (e.g. tuned with an earlier model): its picks "
                          "are timed in the same rounds, as a third column")
+    ap.add_argument("--top-k", type=int, default=1,
+                    help="also time each task's next K-1 best predictions: the network sum for verify_top_k = 1..K")
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     ms_dir = os.path.join(mdir, "ms_long_db")
     if not os.path.exists(os.path.join(ms_dir, RECORDS_FILE)):
         raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first")
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
-    choices = choose_records(RecordStore(os.path.join(mdir, "drytune")), tasks)
+    store = RecordStore(os.path.join(mdir, "drytune"))
+    choices = choose_records(store, tasks)
     baseline = None
     if args.baseline_work_dir:
         bdir = model_dir(os.path.abspath(args.baseline_work_dir), args.model)
@@ -78,6 +96,8 @@ def main() -> int:
         if mods["metaschedule"] is None:
             print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
             continue
+        more = next_best(store, nt.task, choice.record, args.top_k - 1) if choice.record is not None else []
+        mods.update({f"top{i}": rec.to_schedule().mod for i, rec in enumerate(more, 2)})
         times = interleaved(mods, target, rounds=args.rounds)
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append({"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
@@ -88,6 +108,7 @@ def main() -> int:
                                                                       strict=True)),
                      "gap_ms": nt.weight * (med["drytune"] - med["metaschedule"]) * 1e3})
         r = rows[-1]
+        r["top_ms"] = [r["drytune_ms"]] + [med[f"top{i}"] * 1e3 for i in range(2, len(more) + 2)]
         if baseline is not None:
             r["baseline_ms"] = med["baseline"] * 1e3
             r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
@@ -116,6 +137,14 @@ def main() -> int:
     lines += ["", f"Sum of calls x kernel time: drytune {total['drytune']:.2f} ms, MetaSchedule "
               f"{total['metaschedule']:.2f} ms" + (f", baseline {total['baseline']:.2f} ms." if baseline is not None
                                                     else ".")]
+    if args.top_k > 1:
+        report["verify_sum_ms"] = [sum(r["weight"] * min(r["top_ms"][:k]) for r in rows)
+                                   for k in range(1, args.top_k + 1)]
+        lines += ["", "The fastest of each task's k best predictions (what verify_top_k=k builds, chosen here by the "
+                  "same medians that are summed), summed over calls:", "",
+                  "| k | sum ms | / MetaSchedule |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.2f} | {v / total['metaschedule']:.3f} |"
+                  for k, v in enumerate(report["verify_sum_ms"], 1)]
     write_report(f"network_tasks_{args.model}", args.tag, report, lines)
     return 0
 
