@@ -154,7 +154,8 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
     spaces = {}
     for task in tasks:
         spaces[task.name] = SearchSpace(task)
-        got = list(collect(task, samples, data_path, seed=seed, repeat=1, rounds=rounds))
+        # one timing per round (the rounds' median decides); a single round takes the median of 3 repeats instead
+        got = list(collect(task, samples, data_path, seed=seed, repeat=1 if rounds > 1 else 3, rounds=rounds))
         if progress:
             print(f"  {task.name}: measured {len(got)} new candidates", flush=True)
     from .dataset import read_rows

@@ -152,11 +152,23 @@ class LocalScorer(Scorer):
         self.spec = cost_model
         self._models: dict[str, CostModel] = {}
 
-    def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
-        key = str(task.target)
+    def _model(self, target: Target) -> CostModel:
+        key = str(target)
         if key not in self._models:
-            self._models[key] = build_cost_model(self.spec, task.target)
-        return score_with_model(self._models[key], task, cands, kind)
+            self._models[key] = build_cost_model(self.spec, target)
+        return self._models[key]
+
+    def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
+        return score_with_model(self._model(task.target), task, cands, kind)
+
+    def prescore_is_cheap(self, task: Task) -> bool:
+        """As `Scorer.prescore_is_cheap`; a factory whose product the spec does not tell is asked through the model
+        this scorer then scores with, so it is built once, not twice."""
+        key = str(task.target)
+        if key not in self._cheap_prescore:
+            spec = self.spec if model_class(self.spec) is not None else self._model(task.target)
+            self._cheap_prescore[key] = has_cheap_prescore(spec, task.target)
+        return self._cheap_prescore[key]
 
 
 def make_scorer(cost_model: CostModelSpec = None, *, num_workers: int | None = None,

@@ -210,6 +210,9 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     assert all(v >= 0 for v in loaded.values.values())
     model = StaticCostModel(tasks[0].target, coefficients=str(out))
     assert np.all(np.isfinite(model.predict(tasks[0], dt.SearchSpace(tasks[0]).sample(2, seed=3))))
+    one = str(tmp_path / "one.jsonl")  # a single round times 3 repeats, not 1
+    calibrate(tasks, 7, one, str(tmp_path / "one.json"), rounds=1, progress=False)
+    assert all(len(r.times) == 3 and r.seconds == np.median(r.times) for r in read_rows(one) if r.ok)
 
 
 def test_measured_rows_keep_their_source_and_are_not_measured_twice(tmp_path) -> None:

@@ -222,6 +222,11 @@ def test_a_cost_model_factory_keeps_the_cheap_prescore_of_what_it_builds(gemm: d
     assert LocalScorer(lambda target: StaticCostModel(target, kernel_overrides={})).prescore_is_cheap(gemm)
     assert not LocalScorer(lambda target: _FlopModel()).prescore_is_cheap(gemm)
     assert not LocalScorer(_FlopModel).prescore_is_cheap(gemm)
+    built = []
+    scorer = LocalScorer(lambda target: built.append(target) or StaticCostModel(target))
+    assert scorer.prescore_is_cheap(gemm)
+    assert np.isfinite(scorer.score(gemm, dt.SearchSpace(gemm).sample(1)).seconds).all()
+    assert len(built) == 1  # the model that answered is the one that scores
 
 
 def test_crashing_candidate_is_invalid_and_search_goes_on(gemm: dt.Task, tmp_path) -> None:
