@@ -13,7 +13,7 @@ import numpy as np
 
 from ..layout import resolve_layout
 from ..records import Record, RecordStore
-from ..search.scorer import CostModelSpec, Scorer, make_scorer
+from ..search.scorer import CostModelSpec, DeferredScorer, Scorer, make_scorer
 from ..search.tune import heal_records
 from ..target import resolve_target, target_identity
 from .budget import Budget, BudgetConfig, BudgetError
@@ -114,12 +114,14 @@ def tune_network(
 
     own_scorer = scorer is None
     if scorer is None:
-        scorer = make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+        scorer = DeferredScorer(lambda: make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address))
     bar = RoundProgress(total, enabled=progress, desc=f"tune {network.name}")
     tuner = NetworkTuner(tasks, limits, scorer, budget=total, store=store, work_dir=work_dir, strategy=strategy,
                          task_scheduler=task_scheduler, latency_target=latency_target, config=config,
                          gradient=gradient, seed=seed, on_round=bar.update)
     tuner.restore(rounds)
+    if isinstance(scorer, DeferredScorer) and tuner.budget_left():
+        scorer.start()  # now, so that a bad cluster address fails before the first round, not in it
     if rounds:
         log.info("resuming %s: %.0f s and %d trials already spent", work_dir, tuner.elapsed_before, tuner.trials)
     try:

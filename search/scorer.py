@@ -171,6 +171,34 @@ class LocalScorer(Scorer):
         return self._cheap_prescore[key]
 
 
+class DeferredScorer(Scorer):
+    """A scorer made by `make` on first use (or `start()`): a run whose budget is already spent, resumed to build,
+    verify or export, starts no Ray."""
+
+    def __init__(self, make: Callable[[], Scorer]):
+        self._make = make
+        self._inner: Scorer | None = None
+
+    def start(self) -> Scorer:
+        if self._inner is None:
+            self._inner = self._make()
+        return self._inner
+
+    @property
+    def started(self) -> bool:
+        return self._inner is not None
+
+    def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
+        return self.start().score(task, cands, kind)
+
+    def prescore_is_cheap(self, task: Task) -> bool:
+        return self.start().prescore_is_cheap(task)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+
+
 def make_scorer(cost_model: CostModelSpec = None, *, num_workers: int | None = None,
                 ray_address: str | None = None) -> Scorer:
     """Ray actors (`num_workers`, default one per CPU; a cluster by `ray_address` / $RAY_ADDRESS), or this

@@ -169,16 +169,22 @@ def test_cuda_network_builds_with_every_function_scheduled(tmp_path) -> None:
         net.run(*[x.numpy() for x in inputs])
 
 
-def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_path) -> None:
+def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_path, monkeypatch) -> None:
     import shutil
+
+    from drytune.scheduler import tune_network as tn
+    from drytune.search import LocalScorer
 
     _, work = tuned
     again = str(tmp_path / "again")
     shutil.copytree(work, again)
     model, inputs = resnet_tiny
     min_share = 0.05
-    net = tune_network(model, inputs, budget="96 trials", work_dir=again, num_workers=0, progress=False,
+    made = []
+    monkeypatch.setattr(tn, "make_scorer", lambda *a, **kw: made.append(a) or LocalScorer())
+    net = tune_network(model, inputs, budget="96 trials", work_dir=again, num_workers=2, progress=False,
                        verify_top_k=2, config=dataclasses.replace(SMALL, verify_min_share=min_share))
+    assert made == []  # the budget was spent: no scorer (no Ray) was started
     assert sum(r.trials for r in read_rounds(again)) == 96  # the budget was spent: nothing more is tuned
     rows = {r.name: r for r in net.report().rows}
     total = net.report().predicted_total
