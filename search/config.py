@@ -65,9 +65,9 @@ class ScorerConfig:
 class VerifyConfig:
     """How verify_top_k times the k best predictions: interleaved rounds, each timing every candidate once.
 
-    Rounds matter more than repeats here: the machine's slow phases last seconds, far longer than one repeat. Three
-    repeats of at least 10 ms gave the same medians (within 1%) as five of 20 ms on MobileNet-V2's tasks at 0.4x
-    the time (session 43)."""
+    Rounds matter more than repeats here: the machine's slow phases last seconds, far longer than one repeat. On
+    MobileNet-V2's tasks three repeats of at least 10 ms gave medians within 6% (mostly 2%) of five of 20 ms
+    at 0.4x the time (session 43, an ad-hoc comparison of 9 kernels)."""
 
     rounds: int = 3  # the median over rounds decides
     repeat: int = 3  # repeats per round; a round's time is their median

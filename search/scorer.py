@@ -184,10 +184,6 @@ class DeferredScorer(Scorer):
             self._inner = self._make()
         return self._inner
 
-    @property
-    def started(self) -> bool:
-        return self._inner is not None
-
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
         return self.start().score(task, cands, kind)
 
