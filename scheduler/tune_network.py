@@ -174,15 +174,14 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
             shares[i] = float(nt.weight) * best[0][1]
     total = sum(shares.values()) or 1.0
     order = sorted(shares, key=shares.get, reverse=True)
-    small = [tuner.tasks[i].name for i in order if shares[i] / total < min_share]
+    chosen = [i for i in order if shares[i] / total >= min_share]
+    small = [tuner.tasks[i].name for i in order if i not in chosen]
     if small:
         log.info("verify_top_k: %d tasks below %.1f%% of the predicted latency keep the model's choice: %s",
                  len(small), 100 * min_share, ", ".join(small))
     preferred = {}
-    for i in order:
+    for i in chosen:
         nt = tuner.tasks[i]
-        if shares[i] / total < min_share:
-            continue
         try:
             sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k)
         except SearchError as err:

@@ -132,8 +132,12 @@ class Scorer(abc.ABC):
         """Whether filtering a larger population by `prescore` pays for this task."""
         key = str(task.target)
         if key not in self._cheap_prescore:
-            self._cheap_prescore[key] = has_cheap_prescore(self.spec, task.target)
+            self._cheap_prescore[key] = has_cheap_prescore(self._prescore_spec(task.target), task.target)
         return self._cheap_prescore[key]
+
+    def _prescore_spec(self, target: Target) -> CostModelSpec:
+        """What `prescore_is_cheap` asks: the spec itself (a scorer that holds its models may answer with one)."""
+        return self.spec
 
     def close(self) -> None:
         """Release workers (nothing for an in-process scorer)."""
@@ -161,14 +165,10 @@ class LocalScorer(Scorer):
     def score(self, task: Task, cands: Sequence[Candidate], kind: str = "predict") -> Scores:
         return score_with_model(self._model(task.target), task, cands, kind)
 
-    def prescore_is_cheap(self, task: Task) -> bool:
-        """As `Scorer.prescore_is_cheap`; a factory whose product the spec does not tell is asked through the model
-        this scorer then scores with, so it is built once, not twice."""
-        key = str(task.target)
-        if key not in self._cheap_prescore:
-            spec = self.spec if model_class(self.spec) is not None else self._model(task.target)
-            self._cheap_prescore[key] = has_cheap_prescore(spec, task.target)
-        return self._cheap_prescore[key]
+    def _prescore_spec(self, target: Target) -> CostModelSpec:
+        """A factory whose product the spec does not tell is asked through the model this scorer then scores with,
+        so it is built once, not twice."""
+        return self.spec if model_class(self.spec) is not None else self._model(target)
 
 
 class DeferredScorer(Scorer):
