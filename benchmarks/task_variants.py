@@ -8,7 +8,8 @@ unscheduled program and timed in interleaved rounds with the others. Variants ar
 decisions in another sketch of the task, e.g. another fusion level), from a file or inline:
 
     python benchmarks/task_variants.py --model mobilenet_v2 --work-dir drytune-work/networks_znver4_v43 \\
-        --task fused_conv2d3_add2_maximum1_minimum1 --variants benchmarks/variants_conv2d3.json --tag conv2d3_znver4
+        --task fused_conv2d3_add2_maximum1_minimum1 --variants benchmarks/variants/mobilenet_v2_conv2d3.json \\
+        --tag conv2d3_znver4
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    specs = json.loads(open(args.variants).read() if os.path.exists(args.variants) else args.variants)
+    if os.path.exists(args.variants):
+        with open(args.variants) as f:
+            specs = json.load(f)
+    else:
+        specs = json.loads(args.variants)
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
     nt = next((t for t in tasks if t.name == args.task), None)
@@ -84,11 +89,12 @@ def main() -> int:
     times = interleaved({k: c.to_mod() for k, c in cands.items()}, target, rounds=args.rounds)
     rows = []
     for label, cand in cands.items():
-        feats = model.features(nt.task, cand).as_dict()
+        feats = model.features(nt.task, cand)  # one build for both: the prediction is these features weighted
+        shown = feats.as_dict()
         rows.append({"variant": label, "sketch": cand.sketch.name, "decisions": dict(cand.key[1]),
-                     "predicted_us": float(model.predict(nt.task, [cand])[0]) * 1e6,
+                     "predicted_us": model.seconds_from_features(feats) * 1e6,
                      "measured_us": statistics.median(times[label]) * 1e6,
-                     "features": {k: feats[k] for k in SHOWN}})
+                     "features": {k: shown[k] for k in SHOWN}})
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "task": args.task, "rows": rows,
               "command": "python benchmarks/task_variants.py " + " ".join(sys.argv[1:])}
     lines = [f"# {args.task} ({args.model}): variants of its best records", "",
