@@ -70,10 +70,6 @@ class DataMoveConfig:
     set_conflicts: bool = True
     max_crowd_points: int = 1 << 16  # iteration points enumerated to find the most crowded set
     levels: tuple[str, ...] = ("L1", "L2")
-    # Reuse between two children of one loop iteration (a pad strip written, then read by the convolution) needs
-    # everything the earlier child touches, and the children between, to fit: a sweep larger than the cache
-    # leaves none of its first lines for the later child.
-    sibling_sweeps: bool = True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -944,21 +940,19 @@ class _Geometry:
         return {t: max(n, crowd[t][self.index] * self.sets) if t in crowd else n for t, n in fp.items()}
 
 
-def _movement(info: _Info, geo: _Geometry, records: list[LoopRecord], sweeps: bool = False
-              ) -> dict[str, tuple[float, bool]]:
+def _movement(info: _Info, geo: _Geometry, records: list[LoopRecord]) -> dict[str, tuple[float, bool]]:
     """Per buffer (movement in lines, reuse status) of a node for one cache level."""
     if not info.children:
         return {t: (float(n), True) for t, n in info.fp.items()}
     cap = geo.cap
-    subs = [_movement(c, geo, records, sweeps) for c in info.children]
+    subs = [_movement(c, geo, records) for c in info.children]
     single = sum(geo.effective(info.fp1, info.crowd1).values())
     fits = single <= cap
     seen = geo.effective(info.fp, info.crowd)
     out: dict[str, tuple[float, bool]] = {}
     for t, fp in info.fp.items():
         touched = [i for i, s in enumerate(subs) if t in s]
-        reuse = (all(subs[i][t][1] for i in touched) and not _gap_exceeds(info, touched, cap)
-                 and not (sweeps and _sweep_exceeds(info, touched, cap)))
+        reuse = all(subs[i][t][1] for i in touched) and not _gap_exceeds(info, touched, cap)
         if fits or reuse:
             mov = float(fp)
         else:
@@ -1002,13 +996,6 @@ def _gap_exceeds(info: _Info, touched: list[int], cap: int) -> bool:
     return False
 
 
-def _sweep_exceeds(info: _Info, touched: list[int], cap: int) -> bool:
-    """Two children of one iteration touch the buffer, and the earlier one's whole footprint plus the children
-    between exceed the cache: by the time the later child comes back to the first lines, they are gone."""
-    sizes = [sum(c.fp.values()) for c in info.children]
-    return any(sum(sizes[a:b]) > cap for a, b in zip(touched, touched[1:], strict=False))
-
-
 def data_movement(
     tree: LoopTree,
     spec: HardwareSpec,
@@ -1039,7 +1026,7 @@ def data_movement(
     for level in cfg.levels:
         cap = geos[level].cap
         records: list[LoopRecord] = []
-        mov = _movement(root, geos[level], records, cfg.sibling_sweeps)
+        mov = _movement(root, geos[level], records)
         per_lines = {t: m for t, (m, _) in mov.items()}
         levels[level] = LevelMovement(
             level=level,

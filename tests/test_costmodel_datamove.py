@@ -237,33 +237,6 @@ def test_a_large_sibling_between_uses_breaks_reuse():
     assert not long.record("o").reuse["X"] and long.per_buffer_lines["X"] == 8 * 512
 
 
-def produce_then_consume(N: int, O: int = 4) -> LoopTree:
-    """Out[o] = sum_i P[i] W[o,i] with P[i] = 2 A[i] computed at o: each o iteration writes P, then reads it back."""
-    A = te.placeholder((N,), "float32", name="A")
-    W = te.placeholder((O, N), "float32", name="W")
-    P = te.compute((N,), lambda i: A[i] * 2.0, name="P")
-    i = te.reduce_axis((0, N), name="i")
-    Out = te.compute((O,), lambda o: te.sum(P[i] * W[o, i], axis=i), name="Out")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, W, Out])}))
-    o, _ = sch.get_loops(sch.get_sblock("Out"))
-    sch.compute_at(sch.get_sblock("P"), o)
-    return LoopTree.from_mod(sch.mod)
-
-
-def test_a_producer_sweep_larger_than_l1_leaves_nothing_for_its_consumer():
-    """L1 = 1024 elements. With N = 384 the producing child (A and P, 768) fits: P is written once and read from L1
-    (384). With N = 768 P alone would fit, but the producer sweeps 1536 elements, so the consumer finds P evicted:
-    every o iteration writes it and reads it again (4 x 2 x 768). Without the rule P counted once in all."""
-    spec = element_spec(1024, 1 << 16)
-    lines = {}
-    for n, sweeps in itertools.product((384, 768), (False, True)):
-        cfg = DataMoveConfig(sibling_sweeps=sweeps)
-        level = data_movement(produce_then_consume(n), spec, config=cfg, counter=FootprintCounter(cfg)).levels["L1"]
-        lines[n, sweeps] = level.per_buffer_lines["P"]
-    assert lines[384, False] == lines[384, True] == 384
-    assert lines[768, False] == 768 and lines[768, True] == 4 * 2 * 768
-
-
 # --------------------------------------------------------------------------------------------------
 # Footprints against enumeration; fallbacks
 # --------------------------------------------------------------------------------------------------
