@@ -138,6 +138,9 @@ class KernelConfig:
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1
+    # Zen 4 also stores a 512-bit vector as two 256-bit halves, one zmm store every two cycles (a pad strip written
+    # and read back costs that beside the FMAs)
+    pump_stores: bool = True
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
     # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
@@ -590,10 +593,11 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
     fp_slots = fp_ops * (cfg.pump if op_lanes > lanes // cfg.pump else 1)
+    store_slots = cfg.pump if cfg.pump_stores and op_lanes > lanes // cfg.pump else 1
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
-        "store": stores / cfg.store_ports,
+        "store": stores * store_slots / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / (cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width),
         "latency": chain,

@@ -397,6 +397,23 @@ def test_double_pumped_vectors_take_two_pipe_cycles_where_the_datapath_is_half_t
     assert half_zen4["fp"] == pytest.approx(half_skx["fp"])
 
 
+def test_double_pumped_stores_of_full_width_vectors():
+    """Zen 4 moves a 512-bit vector as two 256-bit halves: a 16-lane copy is bound by one zmm store every two
+    cycles, twice Skylake-X's; an 8-lane copy stores twice as many vectors at one per cycle on either."""
+    zen4 = dt.spec_for({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    skx = dt.spec_for({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    zen4_cfg, skx_cfg = KernelConfig.for_spec(zen4), KernelConfig.for_spec(skx)
+    copy16, copy8 = _unary(lambda x: x, vector=16), _unary(lambda x: x, vector=8)
+    _, wide_zen4 = _details(copy16, "B", cfg=zen4_cfg, spec=zen4)
+    _, wide_skx = _details(copy16, "B", cfg=skx_cfg, spec=skx)
+    _, wide_off = _details(copy16, "B", cfg=dataclasses.replace(zen4_cfg, pump_stores=False), spec=zen4)
+    _, half_zen4 = _details(copy8, "B", cfg=zen4_cfg, spec=zen4)
+    _, half_skx = _details(copy8, "B", cfg=skx_cfg, spec=skx)
+    assert wide_zen4["store"] == pytest.approx(2 * wide_skx["store"]) == pytest.approx(2 * wide_off["store"])
+    assert wide_zen4["load"] == pytest.approx(wide_skx["load"])
+    assert half_zen4["store"] == pytest.approx(half_skx["store"]) == pytest.approx(wide_zen4["store"])
+
+
 @pytest.mark.parametrize("k_inner", [32, 64])
 def test_accumulators_are_stored_and_reloaded_at_every_run_of_the_reduction_loop(k_inner):
     """Each run of the inner k loop works on another 4 x 16 tile (the row-block loop around it moves the output),
