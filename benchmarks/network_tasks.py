@@ -63,12 +63,18 @@ def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.T
     return tvm.target.Target(target_dict(threads)), model_dir(os.path.abspath(work_dir), model)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def work_dir_parser(doc: str | None, rounds: int = 3) -> argparse.ArgumentParser:
+    """The options shared by the scripts that time kernels of a networks.py work directory."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="mobilenet_v2")
     ap.add_argument("--work-dir", required=True)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+def main() -> int:
+    ap = work_dir_parser(__doc__)
     ap.add_argument("--tag", default=None)
     ap.add_argument("--baseline-work-dir", default=None,
                     help="another networks.py work dir of the same model (e.g. tuned with an earlier model): its picks "

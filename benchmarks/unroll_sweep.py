@@ -16,13 +16,12 @@ scored by the second half, so the choice does not profit from the noise it is sc
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import time
 
-from network_tasks import ms_best, next_best, open_work_dir
+from network_tasks import ms_best, next_best, open_work_dir, work_dir_parser
 from networks import RECORDS_FILE, load_fused, target_dict
 from op_tuning import interleaved
 from report_files import write_report
@@ -63,11 +62,7 @@ def held_out_choice(times: dict[str, list[float]], labels: list[str]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--work-dir", required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = work_dir_parser(__doc__)
     ap.add_argument("--top-k", type=int, default=1, help="also sweep the next K-1 best predictions of each task")
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: every tuned task)")
     ap.add_argument("--tag", default=None)
