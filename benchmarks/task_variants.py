@@ -14,14 +14,13 @@ decisions in another sketch of the task, e.g. another fusion level), from a file
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
 
-from network_tasks import next_best, open_work_dir
+from network_tasks import next_best, open_work_dir, work_dir_parser
 from networks import load_fused, target_dict
 from op_tuning import interleaved
 from report_files import write_report
@@ -46,13 +45,9 @@ def variant(base: Candidate, sketches: list, sketch_index: int | None, changes: 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--work-dir", required=True)
+    ap = work_dir_parser(__doc__, rounds=5)
     ap.add_argument("--task", required=True)
     ap.add_argument("--variants", required=True, help="JSON file, or the JSON list itself")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     if os.path.exists(args.variants):

@@ -55,9 +55,8 @@ def strategies(top_k: int, steps: tuple[int, ...]) -> dict[str, list[tuple[int, 
     return out
 
 
-def held_out_choice(times: dict[str, list[float]], labels: list[str]) -> str:
-    """The label fastest by the median of the first half of the rounds (the rest score the choice)."""
-    half = max(1, len(next(iter(times.values()))) // 2)
+def held_out_choice(times: dict[str, list[float]], labels: list[str], half: int) -> str:
+    """The label fastest by the median of the first `half` rounds (the rest score the choice)."""
     return min(labels, key=lambda k: statistics.median(times[k][:half]))
 
 
@@ -79,6 +78,7 @@ def main() -> int:
     model = StaticCostModel(target)
     steps = SpaceConfig().cpu_unroll_steps
     plans = strategies(args.top_k, steps)
+    half = max(1, args.rounds // 2)  # rounds that choose a strategy's kernel; the others score it
     rows = []
     for nt, choice in zip(tasks, choose_records(store, tasks), strict=True):
         if choice.record is None:
@@ -114,13 +114,12 @@ def main() -> int:
                "predicted_ms": {str(k): float(p) * 1e3 for k, p in zip(cands, preds, strict=True)},
                "metaschedule_ms": statistics.median(times["metaschedule"]) * 1e3 if ms_mod is not None else None,
                "strategies": {}}
-        half = max(1, args.rounds // 2)
         for name, plan in plans.items():
             keys = {own.get(k, k) for k in plan}
             keys = [label[k] for k in keys if k in label]
             if not keys:
                 continue
-            chosen = held_out_choice(times, keys) if len(keys) > 1 else keys[0]
+            chosen = held_out_choice(times, keys, half) if len(keys) > 1 else keys[0]
             row["strategies"][name] = {"kernels": len(keys), "ms": statistics.median(times[chosen][half:]) * 1e3}
         rows.append(row)
         pick = {s: row["measured_ms"].get(str((1, s))) for s in steps}

@@ -592,8 +592,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
-    fp_slots = fp_ops * (cfg.pump if op_lanes > lanes // cfg.pump else 1)
-    store_slots = cfg.pump if cfg.pump_stores and op_lanes > lanes // cfg.pump else 1
+    pumped = cfg.pump if op_lanes > lanes // cfg.pump else 1
+    fp_slots = fp_ops * pumped
+    store_slots = pumped if cfg.pump_stores else 1
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
