@@ -99,13 +99,20 @@ def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
     return f"{spec.arch}-{cpu}-calibrated.json" if cpu else f"{spec.arch}-calibrated.json"
 
 
+# LLVM CPU models whose cores are those of a calibrated one: LLVM builds Sapphire Rapids and Emerald Rapids code with
+# the same features and scheduling model, and both are Golden Cove-class cores with 2 MiB of L2
+_SAME_CORES = {"sapphirerapids": "emeraldrapids"}
+
+
 def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str:
-    """The shipped file for the target: calibrated for its CPU model, else for its architecture, else defaults.
+    """The shipped file for the target: calibrated for its CPU model (or one with the same cores), else for its
+    architecture, else defaults.
 
     Calibrations are per CPU model because thread count, cache sizes and port counts change the weights.
     """
-    names = ([coefficients_file_name(spec, cpu)] if cpu else []) + [coefficients_file_name(spec),
-                                                                     f"{spec.arch}-default.json"]
+    cpus = [c for c in (cpu, _SAME_CORES.get(cpu or "")) if c]
+    names = [coefficients_file_name(spec, c) for c in cpus] + [coefficients_file_name(spec),
+                                                               f"{spec.arch}-default.json"]
     for name in names:
         path = os.path.join(COEFF_DIR, name)
         if os.path.exists(path):

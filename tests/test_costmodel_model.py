@@ -280,3 +280,16 @@ def test_calibrated_gpu_model_weighs_the_terms():
     uncalibrated.coefficients = None
     assert uncalibrated.seconds_from_gpu_features([_kernel()]) == pytest.approx(
         gpu_cycles([_kernel()], uncalibrated.spec) / (uncalibrated.spec.freq_ghz * 1e9))
+
+
+def test_shipped_coefficients_follow_the_cpu_model_then_its_cores_then_the_architecture() -> None:
+    """Each CPU model with a calibration gets its own file, Sapphire Rapids (the cores of Emerald Rapids) gets the
+    Emerald Rapids file, and a CPU model without either gets the architecture's."""
+    _, spec = dt.resolve_target("x86-avx512")
+
+    def name(cpu: str | None) -> str:
+        return os.path.basename(default_coefficients_path(spec, cpu))
+
+    assert name("znver4") == "x86-znver4-calibrated.json"
+    assert name("emeraldrapids") == name("sapphirerapids") == "x86-emeraldrapids-calibrated.json"
+    assert name("skylake-avx512") == name(None) == "x86-calibrated.json"
