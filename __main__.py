@@ -103,8 +103,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"measuring {args.samples} candidates of each of {', '.join(ops)} (resumable: {data})")
     coeffs = calibrate(tasks, args.samples, data, out, seed=args.seed, rounds=args.rounds)
     print(coeffs.origin)
-    for name, value in coeffs.values.items():
-        print(f"  {name:18s} {value:.4g}")
+    for feature, value in coeffs.values.items():
+        print(f"  {feature:18s} {value:.4g}")
     print(f"wrote {out}; use it with StaticCostModel(target, coefficients={out!r}) or copy it to "
           f"drytune/costmodel/coefficients/{name}, where targets with that CPU pick it up")
     return 0
