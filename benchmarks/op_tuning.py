@@ -217,7 +217,9 @@ def main() -> int:
                 res = dt.tune(task, seconds=budget, strategy=strategy, progress=False, work_dir=work_dir)
                 wall = time.perf_counter() - t0
                 info[f"drytune-{strategy}"] = {"wall_s": wall, "trials": res.trials, "predicted_s": res.predicted,
-                                               "phase_s": res.phase_seconds, "work_dir": work_dir}
+                                               "phase_s": res.phase_seconds, "work_dir": work_dir,
+                                               "best": {"sketch": res.best.sketch.name,
+                                                        "decisions": json.loads(res.best.decisions_json())}}
                 mods[f"drytune-{strategy}"] = res.best.to_mod()
                 if args.verify_top_k > 0:  # no new candidates: the run's records read back, the k best measured
                     t0 = time.perf_counter()
