@@ -63,11 +63,11 @@ def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.T
     return tvm.target.Target(target_dict(threads)), model_dir(os.path.abspath(work_dir), model)
 
 
-def work_dir_parser(doc: str | None, rounds: int = 3) -> argparse.ArgumentParser:
+def work_dir_parser(doc: str | None, rounds: int = 3, require_work_dir: bool = True) -> argparse.ArgumentParser:
     """The options shared by the scripts that time kernels of a networks.py work directory."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--work-dir", required=require_work_dir)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=rounds)
     return ap
