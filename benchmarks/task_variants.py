@@ -1,4 +1,5 @@
-"""One network task's best records with single decisions changed: predicted against measured, in one run.
+"""A network task's best records with single decisions changed (or chosen candidates of a suite operator): predicted
+against measured, in one run.
 
 For asking the model a precise question about a misranking: take the k-th best record of a task in a `networks.py`
 work directory, change one decision (the unroll step, the sketch, i.e. the fusion level, a tile split), and see
