@@ -32,9 +32,9 @@ from network_tasks import next_best, open_work_dir, work_dir_parser
 from networks import load_fused, target_dict
 from op_tuning import interleaved
 from report_files import write_report
+from space_ablation import operator_task
 from tvm.target import Target
 
-from drytune import workloads
 from drytune.annotate.candidate import Candidate
 from drytune.costmodel.model import StaticCostModel
 from drytune.extract import extract_tasks
@@ -80,8 +80,9 @@ def network_variants(args: argparse.Namespace, specs: list) -> tuple[Task, Targe
 
 
 def operator_variants(op: str, specs: list) -> tuple[Task, Target, dict[str, Candidate], str]:
-    """A suite operator on the host CPU and the candidates the specs name: `[label, sketch name, decisions]`."""
-    task = Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    """A suite operator on the host CPU ('gemm', or at another shape: 'gemm:M=512') and the candidates the specs name:
+    `[label, sketch name, decisions]`."""
+    task = operator_task(op)
     space = SearchSpace(task)
     cands = {label: Candidate.from_json(task, space.sketch(sketch), decisions) for label, sketch, decisions in specs}
     return task, task.target, cands, f"{op}: chosen candidates"
@@ -90,7 +91,8 @@ def operator_variants(op: str, specs: list) -> tuple[Task, Target, dict[str, Can
 def main() -> int:
     ap = work_dir_parser(__doc__, rounds=5, require_work_dir=False)
     ap.add_argument("--task", default=None, help="a task of the --work-dir network")
-    ap.add_argument("--op", default=None, help="a suite operator instead of a network task")
+    ap.add_argument("--op", default=None,
+                    help="a suite operator (or one at another shape: gemm:M=512) instead of a network task")
     ap.add_argument("--variants", required=True, help="JSON file, or the JSON list itself")
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
@@ -126,7 +128,7 @@ def main() -> int:
                      "measured_us": statistics.median(times[label]) * 1e6,
                      "rounds_us": [t * 1e6 for t in times[label]],
                      "features": {k: shown[k] for k in SHOWN}})
-    report = {"date": time.strftime("%Y-%m-%d"), "model": args.op or args.model, "task": args.op or args.task,
+    report = {"date": time.strftime("%Y-%m-%d"), "model": None if args.op else args.model, "task": args.op or args.task,
               "cpu": str(dict(target.attrs).get("mcpu", "")), "rows": rows,
               "command": "python benchmarks/task_variants.py " + " ".join(sys.argv[1:])}
     lines = [f"# {title}", "",
