@@ -22,11 +22,10 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from . import workloads
     from .errors import TVM_ERRORS, DrytuneError
     from .space import SearchSpace
-    from .task import Task
     from .verify import check_candidate, random_inputs, run_module
 
     wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = Task.from_prim_func(wl.prim_func(), args.target, name=args.op)
+    task = wl.task(args.target, name=args.op)
     t0 = time.perf_counter()
     space = SearchSpace(task)
     print(f"{task}: {len(space.derived)} sketches in {time.perf_counter() - t0:.2f}s, {len(space.sketches)} "
@@ -61,11 +60,10 @@ def _cmd_tune_op(args: argparse.Namespace) -> int:
 
     from . import workloads
     from .search import tune
-    from .task import Task
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = Task.from_prim_func(wl.prim_func(), args.target, name=args.op)
+    task = wl.task(args.target, name=args.op)
     result = tune(task, trials=args.trials, seconds=args.seconds, strategy=args.strategy, work_dir=args.work_dir,
                   verify_top_k=args.verify_top_k, ray_address=args.ray_address, num_workers=args.num_workers,
                   seed=args.seed, progress=not args.quiet)
@@ -84,11 +82,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     from . import workloads
     from .costmodel.calibrate import calibrate
-    from .task import Task
 
     ops = args.ops.split(",")
-    tasks = [Task.from_prim_func((workloads.small(o) if args.small else workloads.get(o)).prim_func(), args.target,
-                                 name=o) for o in ops]
+    tasks = [(workloads.small(o) if args.small else workloads.get(o)).task(args.target) for o in ops]
     if tasks[0].is_gpu:
         raise ValueError("calibrate measures on this machine's CPU. CUDA weights are fitted from a GPU machine's "
                          "measurements: benchmarks/cuda_fidelity.py --phase prepare here, "

@@ -16,6 +16,8 @@ from typing import Any
 import tvm
 from tvm import s_tir, te, tirx
 
+from .task import Task
+
 DTYPE = "float32"
 
 
@@ -38,6 +40,10 @@ class Workload:
     def ir_module(self) -> tvm.IRModule:
         """The unscheduled PrimFunc as an IRModule with entry "main"."""
         return tvm.IRModule({"main": self.prim_func()})
+
+    def task(self, target: Any = "llvm", name: str | None = None) -> Task:
+        """The tuning task of this operator for `target` (named after the workload unless `name` is given)."""
+        return Task.from_prim_func(self.prim_func(), target, name=name or self.name)
 
     def flops(self) -> float:
         """Floating-point operation count as TVM estimates it for the unscheduled PrimFunc."""

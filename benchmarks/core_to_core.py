@@ -93,11 +93,10 @@ def global_avg_pool_programs() -> dict[str, object]:
 
 def one_run(exe: str, rounds: int) -> dict:
     """Ping-pong before and after, and the two kernels' median seconds over `rounds` interleaved rounds."""
-    import drytune as dt
     from drytune import workloads
     from drytune.verify import check_module
 
-    task = dt.Task.from_prim_func(workloads.get("global_avg_pool").prim_func(), "llvm", name="global_avg_pool")
+    task = workloads.get("global_avg_pool").task()
     mods = global_avg_pool_programs()
     for name, mod in mods.items():
         if not check_module(task, mod, rtol=1e-4, atol=1e-5).ok:

@@ -40,7 +40,7 @@ def _features_job(args: tuple[str, list[dict]]) -> list[dict]:
     from drytune.costmodel.listsched import ListScheduler, SchedConfig
 
     op, rows = args
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     space = dt.SearchSpace(task)
     target, spec = dt.resolve_target("llvm")
     mcpu = str(dict(target.attrs).get("mcpu", "")) or None

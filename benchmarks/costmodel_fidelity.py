@@ -50,7 +50,7 @@ def timing(rounds: int) -> dict[str, int]:
 
 def run_collect(ops: list[str], samples: int, path: str, rounds: int = 1) -> None:
     for name in ops:
-        task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
+        task = workloads.get(name).task()
         t0 = time.perf_counter()
         n = fails = 0
         for row in collect(task, samples, path, seed=11, **timing(rounds)):
@@ -63,7 +63,7 @@ def run_collect(ops: list[str], samples: int, path: str, rounds: int = 1) -> Non
 def run_collect_searched(ops: list[str], seconds: float, top: int, path: str) -> None:
     """Tune each operator for `seconds` with the shipped model, then measure its `top` best predictions."""
     for name in ops:
-        task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
+        task = workloads.get(name).task()
         t0 = time.perf_counter()
         cands, _ = static_search_picks(task, seconds, top)
         rows = list(measure_candidates(cands, path, source="search"))
@@ -78,7 +78,7 @@ def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None,
     with `rounds` > 1, all of an operator's candidates (both sources) are timed in turn, once per round."""
     rows = [r for r in read_rows(data) if r.op in ops]
     for name in ops:
-        task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "llvm", name=name)
+        task = workloads.get(name).task()
         space = dt.SearchSpace(task)
         t0 = time.perf_counter()
         # both sources in one call: with rounds, they are timed in the same rounds

@@ -161,7 +161,7 @@ def rescore_op(job: tuple[str, str]) -> dict:
     from drytune import workloads
 
     doc = load_op(bundle, op)
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    task = workloads.get(op).task(TARGET)
     space, model = dt.SearchSpace(task), dt.StaticCostModel(TARGET)
     changed = 0
     for c in doc["candidates"]:
@@ -193,7 +193,7 @@ def add_search_picks(op: str, seconds: float, top: int, bundle: str, label: str 
     from drytune import workloads
 
     doc = load_op(bundle, op)
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    task = workloads.get(op).task(TARGET)
     model = dt.StaticCostModel(TARGET)
     t0 = time.perf_counter()
     picks, n_records = static_search_picks(task, seconds, top)
@@ -226,7 +226,7 @@ def xgb_cuda(op: str, cands: list[dict], meas: np.ndarray, sizes: tuple[int, ...
     import drytune as dt
     from drytune import workloads
 
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    task = workloads.get(op).task(TARGET)
     space = dt.SearchSpace(task)
     built = [rebuilt_candidate(task, space, c) for c in cands]
     return {str(n): m for n, m in xgb_metrics_for(task, built, meas, sizes).items()}
@@ -262,7 +262,7 @@ def prescore_terms_of(op: str, cands: list[dict], spec) -> dict[str, np.ndarray]
     from drytune import workloads
     from drytune.costmodel.gpu_prescore import kernel_work, prescore_terms
 
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), TARGET, name=op)
+    task = workloads.get(op).task(TARGET)
     space = dt.SearchSpace(task)
     out = {}
     for c in cands:

@@ -56,7 +56,7 @@ def _row_key(row: MeasuredRow) -> str:
 def suite_operator(op: str, kernel: dict[str, float] | None = None) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
     """A suite operator's task on the host CPU, its search space and the shipped static model; with `kernel`, a
     model whose features use exactly these kernel-model settings (none: the defaults) instead of the file's."""
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     if kernel is None:
         return task, dt.SearchSpace(task), StaticCostModel(task.target)
     spec = dt.resolve_target(task.target)[1]
@@ -234,7 +234,7 @@ def xgb_metrics_for(task: dt.Task, cands: list, meas: np.ndarray, sizes: tuple[i
 
 def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, dict[str, float]]:
     """`xgb_metrics_for` on the measured rows of a CPU suite operator."""
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     space = dt.SearchSpace(task)
     return xgb_metrics_for(task, [r.candidate(space) for r in rows], np.array([r.seconds for r in rows]), seed=seed)
 

@@ -88,7 +88,7 @@ def _ms_worker(op: str, work_dir: str, seed: int) -> None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
 
     def warm() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401 - the 30 s import every builder worker pays
@@ -115,7 +115,7 @@ def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[obje
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.join()
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     try:
         db = ms.database.JSONDatabase(work_dir=work_dir, allow_missing=True)
         records = db.get_all_tuning_records()
@@ -172,7 +172,7 @@ def scaling(op: str, n: int = 64) -> dict[str, float]:
     """Candidates scored per second with 1 and 2 Ray workers, and the efficiency of 2."""
     from drytune.search.ray_scorer import RayScorer
 
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     cands = dt.SearchSpace(task).sample(n, seed=5)
     out = {}
     for workers in (1, 2):
@@ -208,7 +208,7 @@ def main() -> int:
         report["scaling"] = scaling("gemm")
         print("scaling:", report["scaling"], flush=True)
     for op in args.ops.split(","):
-        task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+        task = workloads.get(op).task()
         for budget in map(float, args.budgets.split(",")):
             mods, info = {}, {}
             for strategy in args.strategies.split(","):

@@ -31,7 +31,7 @@ def main() -> int:
     ap.add_argument("--before", default="4,60", help="the setting to compare with the default: BATCH,SECONDS")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scorer_timeout"))
     args = ap.parse_args()
-    task = dt.Task.from_prim_func(workloads.get(args.op).prim_func(), "llvm", name=args.op)
+    task = workloads.get(args.op).task()
     batch, limit = args.before.split(",")
     settings = {f"before (batch {batch}, {limit} s)": ScorerConfig(batch_size=int(batch),
                                                                    timeout_s_per_candidate=float(limit)),

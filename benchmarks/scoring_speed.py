@@ -115,7 +115,7 @@ def stage_times(model: StaticCostModel, ex: CPUFeatureExtractor, cand: dt.Candid
 
 
 def op_row(op: str, samples: int, seed: int) -> dict:
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     model = StaticCostModel(task.target)
     cands = dt.SearchSpace(task).sample(samples + 1, seed=seed)
     ex = CPUFeatureExtractor(model.target, model.spec)
@@ -140,7 +140,7 @@ def op_row(op: str, samples: int, seed: int) -> dict:
 def ray_prescore(op: str, n: int, rounds: int, batches: tuple[int, ...] = (2, 16)) -> dict:
     """Pre-scores per second through two Ray actors for each batch size; rounds interleave the sizes on the
     same actors (the local Ray has one CPU per actor, so a second scorer's actors would never start)."""
-    task = dt.Task.from_prim_func(workloads.get(op).prim_func(), "llvm", name=op)
+    task = workloads.get(op).task()
     cands = dt.SearchSpace(task).sample(n, seed=1)
     rates: dict[int, list[float]] = {b: [] for b in batches}
     scorer = RayScorer(num_workers=2)

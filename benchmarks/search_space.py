@@ -101,7 +101,7 @@ def ptx_check(sources: list[str], arch: str) -> list[str | None]:
 
 
 def bench_op(name: str, target: str, samples: int, ptx_samples: int, with_ms: bool) -> dict:
-    task = dt.Task.from_prim_func(workloads.get(name).prim_func(), target, name=name)
+    task = workloads.get(name).task(target)
     t0 = time.perf_counter()
     space = dt.SearchSpace(task)
     derive_s = time.perf_counter() - t0
@@ -169,7 +169,7 @@ def update_ms_coverage(out: str) -> None:
     with open(out + ".json") as f:
         data = json.load(f)
     for row in data["rows"]:
-        task = dt.Task.from_prim_func(workloads.get(row["op"]).prim_func(), row["target"], name=row["op"])
+        task = workloads.get(row["op"]).task(row["target"])
         row.pop("ms_error", None)
         try:
             ms_sigs = ms_signatures(task)

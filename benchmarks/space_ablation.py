@@ -53,7 +53,7 @@ def operator_task(text: str) -> dt.Task:
     params = {k: int(v) for k, v in (item.split("=") for item in filter(None, shape.split(",")))}
     wl = workloads.reshaped(name, **params) if params else workloads.get(name)
     label = "_".join([name, *(f"{k}{v}" for k, v in params.items())])
-    return dt.Task.from_prim_func(wl.prim_func(), "llvm", name=label)
+    return wl.task("llvm", name=label)
 
 
 def main() -> int:

@@ -33,7 +33,7 @@ def test_joining_a_cluster_replaces_the_embedded_ray_and_refuses_another(ray_clu
 def test_tune_on_two_node_cluster_scores_on_both_nodes(ray_cluster: str, tmp_path) -> None:
     import ray
 
-    task = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "llvm", name="gemm")
+    task = workloads.small("gemm").task()
     scored_dir, work = str(tmp_path / "scored"), str(tmp_path / "work")
     result = dt.tune(task, trials=16, ray_address=ray_cluster, num_workers=2, work_dir=work,
                      cost_model=node_recording_model(scored_dir), progress=False)

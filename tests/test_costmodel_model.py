@@ -35,7 +35,7 @@ from drytune.target import resolve_target
 
 
 def _task(name: str, target: str = "llvm") -> dt.Task:
-    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+    return workloads.small(name).task(target)
 
 
 def test_fit_recovers_known_coefficients() -> None:
@@ -99,13 +99,13 @@ def test_parallel_region_cost_makes_a_tiny_kernel_serial_and_a_large_one_paralle
 
     ser, par = serial_and_parallel(_task("global_avg_pool"))  # 64 channels x 7 x 7: ~3000 additions
     assert ser < par
-    gemm = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
+    gemm = workloads.get("gemm_bert").task()
     ser, par = serial_and_parallel(gemm)
     assert par < ser
 
 
 def test_tiled_vectorized_gemm_predicted_faster_than_unscheduled() -> None:
-    task = dt.Task.from_prim_func(workloads.get("gemm_bert").prim_func(), "llvm", name="gemm_bert")
+    task = workloads.get("gemm_bert").task()
     model = StaticCostModel(task.target)
     naive = model.seconds_of_module(task.mod)
     space = dt.SearchSpace(task)

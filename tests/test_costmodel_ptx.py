@@ -405,7 +405,7 @@ def test_tir_prescore_counts_each_threads_work():
 def test_cuda_prescore_uses_tir_terms_when_the_calibration_weighs_them():
     from drytune.costmodel.model import Coefficients, StaticCostModel
 
-    task = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "cuda-sm90", name="gemm")
+    task = workloads.small("gemm").task("cuda-sm90")
     cands = dt.SearchSpace(task).sample(4, seed=3)
     model = StaticCostModel("cuda-sm90")
     assert "prescore" in model.coefficients.extra and StaticCostModel.prescore_is_cheap("cuda-sm90")

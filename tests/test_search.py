@@ -30,7 +30,7 @@ from drytune.verify import check_candidate, random_inputs, run_module
 
 
 def _task(name: str, target: str = "llvm") -> dt.Task:
-    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+    return workloads.small(name).task(target)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ SMALL = sorted(workloads.SMALL)
 
 
 def _task(name: str, target: str = "llvm") -> dt.Task:
-    return dt.Task.from_prim_func(workloads.small(name).prim_func(), target, name=name)
+    return workloads.small(name).task(target)
 
 
 @pytest.mark.parametrize("name", SMALL)
@@ -82,7 +82,7 @@ def _thread_extents(mod: tvm.IRModule) -> tuple[int, int]:
 
 @pytest.mark.parametrize("name", ["gemm", "conv2d_nchw", "softmax", "depthwise_conv2d", "norm2", "dense_bias_gelu"])
 def test_cuda_candidates_respect_spec_limits(name: str) -> None:
-    task = dt.Task.from_prim_func(workloads.get(name).prim_func(), "cuda-sm90", name=name)
+    task = workloads.get(name).task("cuda-sm90")
     space = dt.SearchSpace(task)
     assert 0 < len(space.sketches) < 10
     for cand in space.sample(6, seed=3):
@@ -140,7 +140,7 @@ def test_replay_without_type_checks_gives_the_checked_program(target: str) -> No
 
 def test_records_round_trip_to_same_program(tmp_path) -> None:
     for target in ("llvm", "cuda-sm90"):
-        task = dt.Task.from_prim_func(workloads.small("conv2d_bias_relu").prim_func(), target, name="cbr")
+        task = workloads.small("conv2d_bias_relu").task(target, name="cbr")
         space = dt.SearchSpace(task)
         cands = space.sample(4, seed=5)
         store = RecordStore(str(tmp_path / target))
@@ -180,7 +180,7 @@ def test_elementwise_gets_parallel_and_vectorized_sketch() -> None:
 
 
 def test_cpu_nest_may_stay_serial_and_still_match_the_unscheduled_program() -> None:
-    task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
+    task = workloads.small("global_avg_pool").task("llvm", name="gap")
     space = dt.SearchSpace(task)
     cand = space.sample(1, seed=0)[0]
     holes = [h for h in cand.sketch.holes if h.kind == "parallel"]
@@ -194,7 +194,7 @@ def test_cpu_nest_may_stay_serial_and_still_match_the_unscheduled_program() -> N
 
 def test_inner_rfactor_indexes_its_vector_of_partial_sums_last() -> None:
     # the vectorized loop over the inner reduction part then writes consecutive floats of one output's sums
-    task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
+    task = workloads.small("global_avg_pool").task("llvm", name="gap")
     space = dt.SearchSpace(task)
     sketch = next(s for s in space.sketches if any(getattr(st, "variant", "") == "inner" for st in s.steps))
     cand = dt.Candidate(task, sketch, sample_decisions(sketch, np.random.default_rng(0)))
@@ -232,7 +232,7 @@ def test_a_reduction_to_fewer_outputs_than_cores_is_also_split_between_cores_and
 
 def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sketches() -> None:
     # as MetaSchedule's space has: the sum of the partial sums in the mean's loop
-    task = dt.Task.from_prim_func(workloads.small("global_avg_pool").prim_func(), "llvm", name="gap")
+    task = workloads.small("global_avg_pool").task("llvm", name="gap")
     plain = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location="none"))
     space = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_compute_location="all"))
     assert [s.steps for s in space.sketches[:len(plain.sketches)]] == [s.steps for s in plain.sketches]
@@ -251,7 +251,7 @@ def test_by_default_only_a_sum_read_elementwise_is_placed_in_its_consumer() -> N
     # a pool's mean reads its sum elementwise: the variants are there by default; softmax's normalisation reads
     # each row's sum for every element of the row: only with "all"
     def rules(op: str, **config: str) -> list[tuple[str, ...]]:
-        task = dt.Task.from_prim_func(workloads.small(op).prim_func(), "llvm", name=op)
+        task = workloads.small(op).task()
         return [s.rules for s in dt.SearchSpace(task, config=dt.SpaceConfig(**config)).sketches]
 
     assert rules("global_avg_pool") == rules("global_avg_pool", rfactor_compute_location="all")
@@ -446,8 +446,8 @@ def test_operands_that_are_not_matmul_inputs_are_not_packed() -> None:
 def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
     # a GEMM sketch replayed on a softmax program: TVM's schedule (no block "C") refuses the first step, and that
     # refusal (a RuntimeError subclass in TVM 0.27, which has no tvm.TVMError) must come back as our own error
-    gemm = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "llvm", name="gemm")
-    softmax = dt.Task.from_prim_func(workloads.small("softmax").prim_func(), "llvm", name="softmax")
+    gemm = workloads.small("gemm").task()
+    softmax = workloads.small("softmax").task()
     cand = dt.SearchSpace(gemm).sample(1, seed=0)[0]
     alien = dt.Candidate(softmax, cand.sketch, cand.decisions)
     with pytest.raises(dt.InvalidCandidateError, match="schedule rejected"):
@@ -459,7 +459,7 @@ def test_candidate_that_tvm_rejects_while_replaying_is_an_invalid_candidate():
 
 def test_a_decision_outside_its_domain_is_told_apart_from_tvms_refusal():
     # our own replay errors say "bad decisions"; TVM's (which include ValueError and KeyError) say "schedule rejected"
-    gemm = dt.Task.from_prim_func(workloads.small("gemm").prim_func(), "llvm", name="gemm")
+    gemm = workloads.small("gemm").task()
     cand = dt.SearchSpace(gemm).sample(1, seed=0)[0]
     tile = next(k for k, v in cand.decisions.items() if isinstance(v, tuple))
     broken = dt.Candidate(gemm, cand.sketch, {**cand.decisions, tile: (7,) * len(cand.decisions[tile])})
