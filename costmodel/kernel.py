@@ -147,6 +147,17 @@ class KernelConfig:
     libm_cycles: dict[str, float] = field(default_factory=lambda: {
         "exp": 7.5, "erf": 11.5, "tanh": 12.5, "sigmoid": 6.0, "log": 5.5})
     libm_default_cycles: float = 10.0
+    # A body that TVM unrolled into more than `hot_call_sites` libm calls (each a call site of its own in straight-line
+    # code) runs every call `cold_call_cycles` slower, the same instructions executed: more call sites than the
+    # front end keeps branch targets for (Emerald Rapids, benchmarks/unrolled_calls.py: an exp body of 8192 call sites
+    # ran at the speed of a loop, 16384 2.6x slower; a softmax exp unrolled into 16384 calls ran 3x slower than the
+    # same exp as a loop of 128). 0 disables.
+    hot_call_sites: int = 12288
+    cold_call_cycles: float = 15.0
+
+    def libm_calls(self, ops: dict[str, int]) -> int:
+        """Scalarized libm calls per lane among a statement's `ops`."""
+        return sum(n for key, n in ops.items() if call_name(key) in _LIBM_CALLS)
 
     def call_costs(self, ops: dict[str, int]) -> tuple[float, float]:
         """(FP-pipe slots per vector operation, cycles per lane) of the calls among a statement's `ops`."""
@@ -606,6 +617,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     bound = max(per_body, key=per_body.get)
     # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
     calls = stmts * e_v * lane_calls
+    sites = stmts * e_v * cfg.libm_calls(leaf.ops) if lane_calls else 0
+    if cfg.cold_call_cycles and sites > cfg.hot_call_sites:
+        calls += sites * cfg.cold_call_cycles
     body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if inner_iter is not None else 0.0)
     if preheader:
         body_cycles += preheader / inner_iter.extent

@@ -494,6 +494,28 @@ def test_libm_calls_cost_one_call_per_lane_and_vector_intrinsics_one_op_per_vect
     assert sqrt_vec < 1024
 
 
+def _unrolled_exp(rows_unrolled: int) -> s_tir.Schedule:
+    """exp over 2048 rows of 16 lanes, runs of `rows_unrolled` rows unrolled: 16 call sites per unrolled row."""
+    sch = _unary(te.exp, n=2048 * 16)
+    _, inner = sch.split(sch.get_loops(sch.get_sblock("B"))[0], [None, rows_unrolled])
+    sch.unroll(inner)
+    return sch
+
+
+def test_libm_calls_unrolled_beyond_the_hot_call_sites_pay_the_cold_call_cost():
+    # 1024 rows x 16 lanes = 16384 call sites in one straight-line body, beyond the 12288 the front end keeps
+    cold, det = _details(_unrolled_exp(1024), "B")
+    assert det["statements"] * det["lanes"] == 16384 > CFG.hot_call_sites
+    warm, det = _details(_unrolled_exp(8), "B")
+    assert det["statements"] * det["lanes"] == 128
+    calls = 2048 * 16
+    assert cold - warm == pytest.approx(calls * CFG.cold_call_cycles, rel=0.01)
+    # below the threshold, or with the rule off, the same calls cost the same however they are unrolled
+    for cfg in (dataclasses.replace(CFG, hot_call_sites=16384), dataclasses.replace(CFG, cold_call_cycles=0.0)):
+        off, _ = _details(_unrolled_exp(1024), "B", cfg=cfg)
+        assert off == pytest.approx(warm, rel=0.01)
+
+
 def _asm(sch: s_tir.Schedule, target: str = "x86-avx512") -> str:
     resolved, _ = dt.resolve_target(target)
     return tvm.compile(sch.mod, target=resolved).mod.inspect_source("asm")
