@@ -149,11 +149,15 @@ class KernelConfig:
     libm_default_cycles: float = 10.0
     # A body that TVM unrolled into more than `hot_call_sites` libm calls (each a call site of its own in straight-line
     # code) runs every call `cold_call_cycles` slower, the same instructions executed: more call sites than the
-    # front end keeps branch targets for (Emerald Rapids, benchmarks/unrolled_calls.py: an exp body of 8192 call sites
+    # front end keeps branch targets for (Emerald Rapids, benchmarks/libm_calls.py: an exp body of 8192 call sites
     # ran at the speed of a loop, 16384 2.6x slower; a softmax exp unrolled into 16384 calls ran 3x slower than the
     # same exp as a loop of 128). 0 disables.
     hot_call_sites: int = 12288
-    cold_call_cycles: float = 15.0
+    cold_call_cycles: float = 21.0
+    # A libm call on a lane of a TVM vector of a full register or more costs `libm_vector_lane_cycles` more than one
+    # in a scalar loop or on a narrower vector (Emerald Rapids, benchmarks/libm_calls.py: exp 2.8-2.9 ns per element
+    # in a scalar loop and at 4-8 lanes, 3.6-3.7 at 16-64; softmax's exp at 8 lanes 0.85x the time at 16)
+    libm_vector_lane_cycles: float = 2.5
 
     def libm_calls(self, ops: dict[str, int]) -> int:
         """Scalarized libm calls per lane among a statement's `ops`."""
@@ -620,6 +624,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     sites = stmts * e_v * cfg.libm_calls(leaf.ops) if lane_calls else 0
     if cfg.cold_call_cycles and sites > cfg.hot_call_sites:
         calls += sites * cfg.cold_call_cycles
+    if sites and vec_loop is not None and vec_loop.kind == "vectorized" and e_v >= lanes:
+        calls += sites * cfg.libm_vector_lane_cycles
     body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if inner_iter is not None else 0.0)
     if preheader:
         body_cycles += preheader / inner_iter.extent

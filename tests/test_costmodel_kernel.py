@@ -516,6 +516,16 @@ def test_libm_calls_unrolled_beyond_the_hot_call_sites_pay_the_cold_call_cost():
         assert off == pytest.approx(warm, rel=0.01)
 
 
+def test_libm_calls_on_full_vector_registers_cost_more_per_lane_than_on_narrower_ones():
+    full, _ = _details(_unary(te.exp, vector=16), "B")
+    half, _ = _details(_unary(te.exp, vector=8), "B")
+    scalar, _ = _details(_unary(te.exp, vector=1), "B")
+    assert full - half == pytest.approx(1024 * CFG.libm_vector_lane_cycles, rel=0.05)
+    off = dataclasses.replace(CFG, libm_vector_lane_cycles=0.0)
+    assert _details(_unary(te.exp, vector=16), "B", cfg=off)[0] == pytest.approx(half, rel=0.05)
+    assert scalar < full
+
+
 def _asm(sch: s_tir.Schedule, target: str = "x86-avx512") -> str:
     resolved, _ = dt.resolve_target(target)
     return tvm.compile(sch.mod, target=resolved).mod.inspect_source("asm")
