@@ -103,6 +103,10 @@ class KernelConfig:
     # as zmm FMAs, tiles of 128 elements or fewer as ymm); 0 disables
     join_half_vectors_above: int = 128
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
+    # An operand element reused across an unrolled body loop stays in a register only while what the loops inside that
+    # loop read fits the registers the accumulators leave; otherwise it is loaded again each iteration (a 16 x 16 GEMM
+    # tile unrolled over 2 column blocks outside 8 reduction steps broadcasts each A element twice)
+    register_reuse: bool = True
     llvm_unroll_budget: float = 256.0  # LLVM fully unrolls a constant loop whose unrolled body stays below this
     # and a loop around such a loop while the whole unrolled nest stays below this many times the budget (accumulator
     # tiles, benchmarks/register_tiles.py: a 12- or 6-column loop unrolled, then the 2- or 4-row loop around it up to
@@ -296,6 +300,22 @@ def _distinct(acc: Access, body: dict[str, int]) -> int:
         if v in used:
             n *= e
     return n
+
+
+def _register_reloads(acc: Access, body: list[LoopNode], unrolled: dict[str, int], budget: float) -> int:
+    """Loads of each distinct element of operand `acc` in one body: reuse across an unrolled body loop that `acc`
+    does not depend on is kept only while the elements that the loops inside it read fit `budget` registers; beyond
+    that the element is loaded again in every iteration of that loop (`body` inner to outer)."""
+    used = _access_vars(acc)
+    inside: dict[str, int] = {}
+    reloads = 1
+    for lp in body:
+        if lp.var not in unrolled:
+            continue
+        if lp.var not in used and _distinct(acc, inside) > budget:
+            reloads *= lp.extent
+        inside[lp.var] = lp.extent
+    return reloads
 
 
 def _divmods(expr: IndexExpr):
@@ -527,7 +547,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         kind = _access_kind(a, vec)
         hoistable = cfg.hoist_invariant and kind in ("gather", "strided") and inner_iter is not None \
             and not a.conditional and inner_iter.var not in _access_vars(a)
-        operands.append((a, kind, _distinct(a, unrolled), hoistable))
+        n = _distinct(a, unrolled)
+        if cfg.register_reuse and kind in ("contig", "scalar"):
+            # registers left by the accumulators (all of them when the accumulators go through memory)
+            free = cfg.registers - outputs if outputs <= cfg.registers else cfg.registers
+            n *= _register_reloads(a, body, unrolled, max(1.0, free))
+        operands.append((a, kind, n, hoistable))
     fits = sum(n * vops for _, _, n, h in operands if h) + outputs <= cfg.registers
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
     preheader = 0.0  # cycles before each run of the innermost iterating loop

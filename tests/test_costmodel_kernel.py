@@ -141,6 +141,35 @@ def test_register_tile_hides_fma_latency():
     assert slow > 3 * cycles
 
 
+def _tile_8x32(column_blocks_outside: bool) -> s_tir.Schedule:
+    """An 8 x 32 tile (two 16-lane column blocks, 16 accumulators) over 8 reduction steps, all unrolled: the
+    column-block loop outside the reduction steps and rows, or innermost."""
+    sch = _matmul(M=8, N=32, K=64)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    j0, j1 = sch.split(j, [None, 16])
+    k0, k1 = sch.split(k, [None, 8])
+    sch.reorder(k0, j0, k1, i, j1) if column_blocks_outside else sch.reorder(k0, k1, i, j0, j1)
+    for lp in (j0, k1, i):
+        sch.unroll(lp)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k0)
+    return sch
+
+
+def test_a_broadcast_reused_across_a_loop_whose_inside_overflows_the_registers_is_loaded_again():
+    # column blocks innermost: each A[i, k] broadcast serves both blocks back to back (64 loads of A, 16 of B)
+    _, near = _details(_tile_8x32(False))
+    # column blocks outside: 63 other broadcasts come between the two uses of one, more than the 14 registers
+    # that the 16 accumulators leave
+    _, far = _details(_tile_8x32(True))
+    assert near["statements"] == far["statements"] == 128 and near["accumulators"] == 16
+    assert near["loads"] == 64 + 16
+    assert far["loads"] - near["loads"] == 64
+    off = dataclasses.replace(CFG, register_reuse=False)
+    assert _details(_tile_8x32(True), cfg=off)[1]["loads"] == near["loads"]
+
+
 def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_before_it():
     """C = A B^T with j vectorized (B[j, k] is a stride-64 gather), k unrolled by 4 and i iterating innermost:
     B does not change with i, and LLVM assembles its 32 lanes once before the i loop (LICM). The model shares
