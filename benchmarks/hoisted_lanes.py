@@ -14,8 +14,7 @@ import statistics
 import sys
 import time
 
-import numpy as np
-from microbench import interleaved, kernel_timer, one_core_target, parse_args
+from microbench import interleaved, one_core_target, parse_args, timed_and_predicted
 from report_files import write_report
 
 LANES = (16, 32, 64, 20, 24, 40, 48, 80)
@@ -50,7 +49,6 @@ def tile(lanes: int, blocks: int):
 
 def main() -> int:
     args = parse_args(__doc__)
-    import tvm
 
     from drytune.costmodel.model import StaticCostModel
 
@@ -58,12 +56,7 @@ def main() -> int:
     models = {"rule": StaticCostModel(target), "no rule": StaticCostModel(target, kernel_overrides={
         "hoisted_by_lane": False})}
     cases = [(lanes, blocks) for blocks in (2, 40) for lanes in LANES]
-    timers, predicted = {}, {}
-    rng = np.random.default_rng(0)
-    for case in cases:
-        mod = tile(*case)
-        timers[case] = kernel_timer(tvm.compile(mod, target=target), mod, rng, args.min_seconds)
-        predicted[case] = {name: m.seconds_of_module(mod) for name, m in models.items()}
+    timers, predicted = timed_and_predicted(cases, tile, target, models, args.min_seconds)
     times = interleaved(timers, args.rounds)
     rows = []
     for lanes, blocks in cases:

@@ -16,8 +16,7 @@ import statistics
 import sys
 import time
 
-import numpy as np
-from microbench import interleaved, kernel_timer, one_core_target, parse_args
+from microbench import interleaved, one_core_target, parse_args, timed_and_predicted
 from report_files import write_report
 
 ROWS, LANES = 16384, 16
@@ -49,7 +48,6 @@ def kernel(body: str, lanes: int, unroll: int):
 
 def main() -> int:
     args = parse_args(__doc__)
-    import tvm
 
     from drytune.costmodel.kernel import KernelConfig
     from drytune.costmodel.model import StaticCostModel
@@ -58,12 +56,7 @@ def main() -> int:
     models = {"rules": StaticCostModel(target), "no rules": StaticCostModel(target, kernel_overrides=RULES_OFF)}
     cases = [("exp", w, 1) for w in WIDTHS] + [(body, LANES, u) for body in ("exp", "fma") for u in UNROLLS]
     cases = list(dict.fromkeys(cases))
-    timers, predicted = {}, {}
-    rng = np.random.default_rng(0)
-    for case in cases:
-        mod = kernel(*case)
-        timers[case] = kernel_timer(tvm.compile(mod, target=target), mod, rng, args.min_seconds)
-        predicted[case] = {name: m.seconds_of_module(mod) for name, m in models.items()}
+    timers, predicted = timed_and_predicted(cases, kernel, target, models, args.min_seconds)
     times = interleaved(timers, args.rounds)
     rows = []
     for body, lanes, u in cases:

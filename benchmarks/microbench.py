@@ -1,4 +1,4 @@
-"""Shared pieces of the one-thread kernel microbenchmarks (`hoisted_lanes.py`, `register_tiles.py`)."""
+"""Shared pieces of the one-thread kernel microbenchmarks (`hoisted_lanes.py`, `register_tiles.py`, `libm_calls.py`)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,18 @@ def interleaved(timers: dict, rounds: int) -> dict:
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             times[k].append(timers[k]())
     return times
+
+
+def timed_and_predicted(cases: list, build, target, models: dict, min_seconds: float) -> tuple[dict, dict]:
+    """For each case, a timer of the module `build(*case)` built for `target` (`kernel_timer`) and its predicted
+    seconds by each of `models` (name -> StaticCostModel)."""
+    import numpy as np
+    import tvm
+
+    timers, predicted = {}, {}
+    rng = np.random.default_rng(0)
+    for case in cases:
+        mod = build(*case)
+        timers[case] = kernel_timer(tvm.compile(mod, target=target), mod, rng, min_seconds)
+        predicted[case] = {name: m.seconds_of_module(mod) for name, m in models.items()}
+    return timers, predicted
