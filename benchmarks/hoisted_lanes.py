@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from microbench import interleaved, one_core_target, parse_args, timed_and_predicted
+from microbench import interleaved, one_core_target, parse_args, relative_accuracy, timed_and_predicted
 from report_files import write_report
 
 LANES = (16, 32, 64, 20, 24, 40, 48, 80)
@@ -73,8 +73,7 @@ def main() -> int:
              "|---|---|---|---|---|---|"]
     for r in rows:
         ref = next(x for x in rows if x["lanes"] == 16 and x["row_blocks"] == r["row_blocks"])
-        rel = {name: (r["measured_s"] / r["predicted_s"][name]) / (ref["measured_s"] / ref["predicted_s"][name])
-               for name in models}
+        rel = relative_accuracy(r, ref)
         r["relative_measured_over_predicted"] = rel
         lines.append(f"| {r['lanes']} | {r['row_blocks']} | {r['measured_s'] * 1e6:.1f} | {r['gfma_per_s']:.1f} | "
                      f"{rel['rule']:.2f} | {rel['no rule']:.2f} |")

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from microbench import interleaved, one_core_target, parse_args, timed_and_predicted
+from microbench import interleaved, one_core_target, parse_args, relative_accuracy, timed_and_predicted
 from report_files import write_report
 
 ROWS, LANES = 16384, 16
@@ -65,10 +65,6 @@ def main() -> int:
                      "measured_s": t, "ns_per_element": t / (ROWS * LANES) * 1e9,
                      "predicted_s": predicted[(body, lanes, u)]})
 
-    def relative(r: dict, ref: dict) -> dict:
-        return {name: (r["measured_s"] / r["predicted_s"][name]) / (ref["measured_s"] / ref["predicted_s"][name])
-                for name in models}
-
     cfg = KernelConfig()
     report = {"date": time.strftime("%Y-%m-%d"), "target": str(target), "rows": rows,
               "rules": {k: getattr(cfg, k) for k in ("libm_vector_lane_cycles", "hot_call_sites", "cold_call_cycles")},
@@ -83,7 +79,7 @@ def main() -> int:
              "|---|---|---|---|---|"]
     width_rows = [r for r in rows if r["body"] == "exp" and r["unroll"] == 1]
     for r in width_rows:
-        rel = r["relative_measured_over_predicted"] = relative(r, width_rows[0])
+        rel = r["relative_measured_over_predicted"] = relative_accuracy(r, width_rows[0])
         lines.append(f"| {r['lanes']} | {r['measured_s'] * 1e6:.1f} | {r['ns_per_element']:.2f} | {rel['rules']:.2f} | "
                      f"{rel['no rules']:.2f} |")
     lines += ["", "Unrolled rows of 16 lanes:", "",
@@ -92,7 +88,7 @@ def main() -> int:
     for body in ("exp", "fma"):
         unrolled = [r for r in rows if r["body"] == body and r["lanes"] == LANES]
         for r in unrolled:
-            rel = relative(r, unrolled[0])
+            rel = relative_accuracy(r, unrolled[0])
             r.setdefault("relative_measured_over_predicted", rel)
             lines.append(f"| {body} | {r['unroll']} | {r['call_sites']} | {r['measured_s'] * 1e6:.1f} | "
                          f"{r['ns_per_element']:.2f} | {rel['rules']:.2f} | {rel['no rules']:.2f} |")

@@ -64,3 +64,10 @@ def timed_and_predicted(cases: list, build, target, models: dict, min_seconds: f
         timers[case] = kernel_timer(tvm.compile(mod, target=target), mod, rng, min_seconds)
         predicted[case] = {name: m.seconds_of_module(mod) for name, m in models.items()}
     return timers, predicted
+
+
+def relative_accuracy(row: dict, ref: dict) -> dict:
+    """Per model: measured over predicted of `row` relative to the same for `ref` (1.0: the model rates the change
+    from `ref` to `row` as it runs); rows hold "measured_s" and "predicted_s" {model: seconds}."""
+    return {name: (row["measured_s"] / row["predicted_s"][name]) / (ref["measured_s"] / ref["predicted_s"][name])
+            for name in row["predicted_s"]}
