@@ -159,8 +159,9 @@ class KernelConfig:
     hot_call_sites: int = 12288
     cold_call_cycles: float = 21.0
     # A libm call on a lane of a TVM vector of a full register or more costs `libm_vector_lane_cycles` more than one
-    # in a scalar loop or on a narrower vector (Emerald Rapids, benchmarks/libm_calls.py: exp 2.8-2.9 ns per element
-    # in a scalar loop and at 4-8 lanes, 3.6-3.7 at 16-64; softmax's exp at 8 lanes 0.85x the time at 16)
+    # in a scalar loop or on a narrower vector (Emerald Rapids, benchmarks/libm_calls.py: exp on 16-64 lanes 0.8-1.1 ns
+    # per element slower than in a scalar loop or at 4-8 lanes in each of three runs; softmax's exp at 8 lanes 0.85x
+    # the time at 16)
     libm_vector_lane_cycles: float = 2.5
 
     def libm_calls(self, ops: dict[str, int]) -> int:
