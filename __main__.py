@@ -25,7 +25,7 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from .verify import check_candidate, random_inputs, run_module
 
     wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = wl.task(args.target, name=args.op)
+    task = wl.task(args.target)
     t0 = time.perf_counter()
     space = SearchSpace(task)
     print(f"{task}: {len(space.derived)} sketches in {time.perf_counter() - t0:.2f}s, {len(space.sketches)} "
@@ -63,7 +63,7 @@ def _cmd_tune_op(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = wl.task(args.target, name=args.op)
+    task = wl.task(args.target)
     result = tune(task, trials=args.trials, seconds=args.seconds, strategy=args.strategy, work_dir=args.work_dir,
                   verify_top_k=args.verify_top_k, ray_address=args.ray_address, num_workers=args.num_workers,
                   seed=args.seed, progress=not args.quiet)

@@ -72,7 +72,8 @@ def main() -> int:
     lines = ["# Scalarized libm calls: measured and predicted", "", f"{report['date']}. `{report['command']}`", "",
              f"One thread, {args.rounds} interleaved rounds (median), {ROWS * LANES} elements. measured / predicted is "
              "relative to the first row of each table (1.00: the model rates the change as it runs). Rules: "
-             f"{cfg.libm_vector_lane_cycles:g} cycles more per call on a full vector register (in proportion below), "
+             f"{cfg.libm_vector_lane_cycles:g} cycles more per call on a full vector register or wider (nothing on "
+             "narrower ones), "
              f"{cfg.cold_call_cycles:g} more per call in bodies of more than {cfg.hot_call_sites} call sites.", "",
              "Vector width (exp, flat loop):", "",
              "| lanes | measured us | ns per element | measured / predicted, rules | same, no rules |",

@@ -149,7 +149,7 @@ def _tile_8x32(column_blocks_outside: bool) -> s_tir.Schedule:
     i, j, k = sch.get_loops(C)
     j0, j1 = sch.split(j, [None, 16])
     k0, k1 = sch.split(k, [None, 8])
-    sch.reorder(k0, j0, k1, i, j1) if column_blocks_outside else sch.reorder(k0, k1, i, j0, j1)
+    sch.reorder(*((k0, j0, k1, i, j1) if column_blocks_outside else (k0, k1, i, j0, j1)))
     for lp in (j0, k1, i):
         sch.unroll(lp)
     sch.vectorize(j1)
