@@ -8,6 +8,13 @@ import sys
 import time
 
 
+def _suite_task(op: str, args: argparse.Namespace):
+    """The task of suite operator `op` for `args.target`, its small version with `--small`."""
+    from . import workloads
+
+    return (workloads.small(op) if args.small else workloads.get(op)).task(args.target)
+
+
 def _cmd_ops(args: argparse.Namespace) -> int:
     from . import workloads
 
@@ -19,13 +26,11 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 def _cmd_space(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from . import workloads
     from .errors import TVM_ERRORS, DrytuneError
     from .space import SearchSpace
     from .verify import check_candidate, random_inputs, run_module
 
-    wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = wl.task(args.target)
+    task = _suite_task(args.op, args)
     t0 = time.perf_counter()
     space = SearchSpace(task)
     print(f"{task}: {len(space.derived)} sketches in {time.perf_counter() - t0:.2f}s, {len(space.sketches)} "
@@ -58,12 +63,10 @@ def _cmd_space(args: argparse.Namespace) -> int:
 def _cmd_tune_op(args: argparse.Namespace) -> int:
     import logging
 
-    from . import workloads
     from .search import tune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    wl = workloads.small(args.op) if args.small else workloads.get(args.op)
-    task = wl.task(args.target)
+    task = _suite_task(args.op, args)
     result = tune(task, trials=args.trials, seconds=args.seconds, strategy=args.strategy, work_dir=args.work_dir,
                   verify_top_k=args.verify_top_k, ray_address=args.ray_address, num_workers=args.num_workers,
                   seed=args.seed, progress=not args.quiet)
@@ -80,11 +83,10 @@ def _cmd_tune_op(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import os
 
-    from . import workloads
     from .costmodel.calibrate import calibrate
 
     ops = args.ops.split(",")
-    tasks = [(workloads.small(o) if args.small else workloads.get(o)).task(args.target) for o in ops]
+    tasks = [_suite_task(o, args) for o in ops]
     if tasks[0].is_gpu:
         raise ValueError("calibrate measures on this machine's CPU. CUDA weights are fitted from a GPU machine's "
                          "measurements: benchmarks/cuda_fidelity.py --phase prepare here, "

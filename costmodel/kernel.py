@@ -404,7 +404,7 @@ def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> f
     `cfg.register_array_elems` elements and, at every access, indexed only by loops unrolled or vectorized
     there, so that each element is a constant offset."""
     fits: dict[str, bool] = {}
-    for _, items in _paths(tree):
+    for _, items in statement_paths(tree):
         for leaf, path in items:
             inner = None
             for acc in leaf.accesses:
@@ -663,11 +663,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
                        accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader,
-                       reload=reload)
+                       reload=reload, uops=uops, acc_in_memory=acc_in_memory)
     return executions * body_cycles, bound
 
 
-def _paths(tree: LoopTree):
+def statement_paths(tree: LoopTree):
+    """Per root nest of `tree`: the nest and its statements, each with the loops around it (outer to inner)."""
     def visit(node, path):
         if isinstance(node, StmtLeaf):
             yield node, path
@@ -716,7 +717,7 @@ def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None =
     bounds: dict[str, float] = {}
     registers = register_buffers(tree, spec, cfg)
     remote = remote_lines(tree, spec.cores) if cfg.remote_line_cycles else [0.0] * len(tree.roots)
-    for (root, items), lines in zip(_paths(tree), remote, strict=True):
+    for (root, items), lines in zip(statement_paths(tree), remote, strict=True):
         nest = 0.0
         for leaf, path in items:
             c, b = statement_cycles(leaf, path, spec, cfg, registers=registers)

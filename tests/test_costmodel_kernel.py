@@ -16,12 +16,12 @@ from drytune.costmodel.kernel import (
     KernelConfig,
     _access_kind,
     _memory_pieces,
-    _paths,
     _vector_ops,
     kernel_cycles,
     register_buffers,
     remote_lines,
     statement_cycles,
+    statement_paths,
 )
 from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
 
@@ -320,7 +320,8 @@ def test_overlapping_strided_windows_load_each_element_once():
     insts = _kernel_instructions(sch)
     assert _scalar_loads(insts) == 11 * _count(insts, "vmaxps")  # 33 per 3 windows of 16 lanes
     tree = LoopTree.from_mod(sch.mod)
-    leaf, path = next((leaf, path) for _, items in _paths(tree) for leaf, path in items if "fminmax" in leaf.ops)
+    leaf, path = next((leaf, path) for _, items in statement_paths(tree) for leaf, path in items
+                      if "fminmax" in leaf.ops)
     det: dict = {}
     statement_cycles(leaf, path, SPEC, CFG, det)
     accumulator = 1  # pool's element, loaded once per body (y iterates)
