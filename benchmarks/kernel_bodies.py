@@ -91,7 +91,7 @@ def main() -> int:
              f"The costliest statement of each candidate; measured: the report's median time of the whole candidate x "
              f"{model.spec.freq_ghz} GHz / that statement's body executions per core. Bounds in cycles per body; "
              "'in memory': every body loads and stores its accumulators.", "",
-             "| report | variant | sketch | FMAs | accumulators | in memory | uops | " + " | ".join(BOUNDS)
+             "| report | variant | sketch | FP ops | accumulators | in memory | uops | " + " | ".join(BOUNDS)
              + " | predicted | measured | measured / predicted | uops / measured |",
              "|---|---|---|---|---|---|---|" + "---|" * len(BOUNDS) + "---|---|---|---|"]
     for r in rows:
