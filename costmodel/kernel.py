@@ -120,6 +120,11 @@ class KernelConfig:
     # 16-FMA loops 1.2x.
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
+    # Micro-ops per cycle of a body that multiplies and adds (FMAs), accumulators in registers or not; 0: `issue_width`.
+    # A calibration sets it for its machine: on the Emerald Rapids machines 23 of 30 GEMM bodies ran at 1.9-2.2
+    # micro-ops per cycle whatever their mix of FMAs, broadcasts, loads and stores (benchmarks/kernel_bodies.py), where
+    # the pipes would allow two FMAs and two loads per cycle
+    fma_issue_width: float = 0.0
     # Cycles per cache line that a nest reads from an intermediate another core wrote in an earlier nest (a parallel
     # nest read by a serial one, or two parallel nests that split the buffer differently). The two vCPUs of these
     # machines share a line in ~30 ns or, in other phases, ~170 ns (a ping-pong between them,
@@ -633,6 +638,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
     # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
+    width = cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width
+    if cfg.fma_issue_width and leaf.ops.get("fma"):
+        width = min(width, cfg.fma_issue_width)
     pumped = cfg.pump if op_lanes > lanes // cfg.pump else 1
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
@@ -641,7 +649,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores * store_slots / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
-        "issue": uops / (cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width),
+        "issue": uops / width,
         "latency": chain,
     }
     bound = max(per_body, key=per_body.get)

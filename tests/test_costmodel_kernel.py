@@ -926,3 +926,17 @@ def test_slp_packing_is_not_credited_over_strided_copies():
     assert det["lanes"] == 1
     _, packed = _details(sch, "Y_update", dataclasses.replace(cfg, slp_strided=True), spec)
     assert packed["lanes"] == 14 and packed["fp"] < det["fp"]
+
+
+def test_a_multiply_add_body_issues_at_the_fma_issue_width():
+    """With `fma_issue_width` (a calibration's setting; 2 measured on Emerald Rapids) an 8 x 32 register tile (16 FMAs,
+    8 broadcasts and 2 vector loads per reduction step, accumulators in registers) is issue-bound at that width; with
+    the default it is FP-bound; a body without FMAs (the tile's initialisation) keeps the full issue width."""
+    narrow = dataclasses.replace(CFG, fma_issue_width=2.0)
+    _, there = _details(_tile_8x32(False), cfg=narrow)
+    _, default = _details(_tile_8x32(False))
+    assert there["accumulators"] == 16 and there["fp_ops"] == 128 and not there["acc_in_memory"]
+    assert there["issue"] == pytest.approx(there["uops"] / 2) and there["issue"] > there["fp"]
+    assert default["issue"] == pytest.approx(default["uops"] / CFG.issue_width) and default["fp"] > default["issue"]
+    _, init = _details(_tile_8x32(False), block="C_init", cfg=narrow)
+    assert init["issue"] == pytest.approx(init["uops"] / CFG.issue_width)
