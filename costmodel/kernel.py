@@ -637,10 +637,10 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
-    # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
-    width = cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width
+    width = cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width  # micro-ops/cycle
     if cfg.fma_issue_width and leaf.ops.get("fma"):
         width = min(width, cfg.fma_issue_width)
+    # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)
     pumped = cfg.pump if op_lanes > lanes // cfg.pump else 1
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
