@@ -369,8 +369,8 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
                    "(not fitted: chosen with benchmarks/l1_overlap.py, docs/measurements-costmodel.md 'L1 refills "
                    "hidden behind the kernel, adopted').")
     if kernel:
-        origin += (f" Features computed with the kernel-model settings {kernel} (not fitted: see "
-                   "docs/measurements-one-operator.md 'Accumulator reloads that miss L1').")
+        origin += (f" Features computed with the kernel-model settings {kernel} (not fitted: each chosen from "
+                   "measurements, documented at its field of drytune.costmodel.kernel.KernelConfig).")
     Coefficients(spec.arch, dict(zip(FEATURE_NAMES, map(float, coef), strict=True)), origin,
                  {"fit_median_rel_error": rel} | Coefficients.l1_hidden_entry(l1_hidden)
                  | Coefficients.kernel_entry(kernel)).save(out)

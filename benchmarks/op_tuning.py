@@ -72,14 +72,15 @@ int main(void) {
 """
 
 
-def fma_peak_gflops() -> float:
-    """GFLOP/s of a register-resident FMA loop with the widest vectors this CPU has (AVX-512, else AVX2)."""
+def fma_peak_gflops(threads: int | None = None) -> float:
+    """GFLOP/s of a register-resident FMA loop with the widest vectors this CPU has (AVX-512, else AVX2), on
+    `threads` threads (default: every CPU)."""
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "peak.c"), os.path.join(d, "peak")
         with open(src, "w") as f:
             f.write(FMA_PEAK_C)
         subprocess.run(["gcc", "-O3", "-march=native", "-funroll-loops", "-fopenmp", src, "-o", exe], check=True)
-        env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads or os.cpu_count()))
         return float(subprocess.run([exe], capture_output=True, text=True, env=env, check=True).stdout.split()[-1])
 
 

@@ -27,7 +27,9 @@ CASES = [(2, 96, 8, True), (2, 96, 8, False), (4, 48, 8, True), (4, 48, 8, False
          (2, 96, 16, False), (2, 32, 8, False)]
 
 
-def tile_module(rows: int, cols: int, lanes: int, tvm_unroll: bool, k_inner: int = 4):
+def tile_module(rows: int, cols: int, lanes: int, tvm_unroll: bool, k_inner: int = 4, steps_outside: bool = False):
+    """D = A B + 1 computed tile by tile; the `k_inner` unrolled reduction steps run inside the tile's loops, or
+    around them with `steps_outside` (each step then updates every accumulator once: the usual GEMM micro-kernel)."""
     import tvm
     from tvm import s_tir, te
 
@@ -47,7 +49,10 @@ def tile_module(rows: int, cols: int, lanes: int, tvm_unroll: bool, k_inner: int
     ci, cj, ck = sch.get_loops(c)[-3:]
     cj2, cj3 = sch.split(cj, [None, lanes])
     k0, k1 = sch.split(ck, [None, k_inner])
-    sch.reorder(k0, ci, cj2, k1, cj3)
+    if steps_outside:
+        sch.reorder(k0, k1, ci, cj2, cj3)
+    else:
+        sch.reorder(k0, ci, cj2, k1, cj3)
     sch.vectorize(cj3)
     sch.unroll(k1)
     if tvm_unroll:
@@ -58,7 +63,8 @@ def tile_module(rows: int, cols: int, lanes: int, tvm_unroll: bool, k_inner: int
 
 
 def reduction_loop(asm: str) -> dict[str, int]:
-    """FMAs by register width and vector stores in the self-looping block of main_compute_ with the most FMAs."""
+    """FMAs by register width, vector stores and all instructions in the self-looping block of main_compute_ with
+    the most FMAs."""
     best: Counter = Counter()
     name, body = None, []
     for line in asm.split("main_compute_:", 1)[1].splitlines():
@@ -70,7 +76,7 @@ def reduction_loop(asm: str) -> dict[str, int]:
             body.append(line.strip())
             jump = re.match(r"j\w+\s+(\.LBB\w+)", line.strip())
             if jump and jump.group(1) == name:
-                c = Counter()
+                c = Counter(instructions=len(body))
                 for ins in body:
                     m = re.match(r"(vfmadd\w+|vmov[au]ps)\s.*%([xyz])mm", ins)
                     if m and m.group(1).startswith("vfmadd"):
