@@ -7,7 +7,13 @@ database in MODEL/ms_long_db); runs after its tune phases.
     python benchmarks/network_tasks.py --model mobilenet_v2 --work-dir drytune-work/networks_znver4_v2 --tag znver4
 
 With `--baseline-work-dir`, the picks of a second work directory of the same model (tuned with an earlier model, say)
-are timed in the same rounds, so that two models' picks compare without the machine's phase between them. With
+are timed in the same rounds, so that two models' picks compare without the machine's phase between them; a work
+directory without a MetaSchedule database is then compared with the baseline alone:
+
+    python benchmarks/network_tasks.py --model bert_base --work-dir drytune-work/networks_emeraldrapids_s50b \
+        --baseline-work-dir drytune-work/networks_emeraldrapids_s49b --fast-math --tag emeraldrapids_s50_vs_s49
+
+With
 `--top-k K`, each task's next K-1 best predictions are timed in the same rounds too: what `verify_top_k=k` could gain
 for k = 1..K (the fastest of the k by the same medians, so slightly optimistic).
 """
@@ -79,77 +85,81 @@ def main() -> int:
     ap.add_argument("--baseline-work-dir", default=None,
                     help="another networks.py work dir of the same model (e.g. tuned with an earlier model): its picks "
                          "are timed in the same rounds, as a third column")
+    ap.add_argument("--fast-math", action="store_true", help="the network as networks.py --fast-math tuned it")
     ap.add_argument("--top-k", type=int, default=1,
                     help="also time each task's next K-1 best predictions: the network sum for verify_top_k = 1..K")
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     ms_dir = os.path.join(mdir, "ms_long_db")
-    if not os.path.exists(os.path.join(ms_dir, RECORDS_FILE)):
-        raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first")
-    tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
+    has_ms = os.path.exists(os.path.join(ms_dir, RECORDS_FILE))
+    if not has_ms and not args.baseline_work_dir:
+        raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first, or compare "
+                         "with another drytune work dir (--baseline-work-dir)")
+    tasks = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math), target)
     store = RecordStore(os.path.join(mdir, "drytune"))
     choices = choose_records(store, tasks)
     baseline = None
     if args.baseline_work_dir:
         bdir = model_dir(os.path.abspath(args.baseline_work_dir), args.model)
         baseline = choose_records(RecordStore(os.path.join(bdir, "drytune")), tasks)
-    db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False)
+    db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False) if has_ms else None
+    ref = "metaschedule" if has_ms else "baseline"  # what the ratio and the gap are taken against
     rows = []
     for nt, choice, base in zip(tasks, choices, baseline or [None] * len(tasks), strict=True):
-        mods = {"drytune": picked_mod(choice, nt), "metaschedule": ms_best(db, nt.task, target)}
+        mods = {"drytune": picked_mod(choice, nt)}
+        if db is not None:
+            mods["metaschedule"] = ms_best(db, nt.task, target)
+            if mods["metaschedule"] is None:
+                print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
+                continue
         if base is not None:
             mods["baseline"] = picked_mod(base, nt)
-        if mods["metaschedule"] is None:
-            print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
-            continue
         more = next_best(store, nt.task, choice.record, args.top_k - 1) if choice.record is not None else []
         mods.update({f"top{i}": rec.to_schedule().mod for i, rec in enumerate(more, 2)})
         times = interleaved(mods, target, rounds=args.rounds)
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
-                     "drytune_tuned": choice.record is not None,
-                     "predicted_ms": choice.record.seconds * 1e3 if choice.record is not None else None,
-                     "drytune_ms": med["drytune"] * 1e3, "metaschedule_ms": med["metaschedule"] * 1e3,
-                     "ratio": statistics.median(a / b for a, b in zip(times["drytune"], times["metaschedule"],
-                                                                      strict=True)),
-                     "gap_ms": nt.weight * (med["drytune"] - med["metaschedule"]) * 1e3})
-        r = rows[-1]
+        r = {"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
+             "drytune_tuned": choice.record is not None,
+             "predicted_ms": choice.record.seconds * 1e3 if choice.record is not None else None,
+             **{f"{k}_ms": med[k] * 1e3 for k in ("drytune", "metaschedule", "baseline") if k in med},
+             "ratio": statistics.median(a / b for a, b in zip(times["drytune"], times[ref], strict=True)),
+             "gap_ms": nt.weight * (med["drytune"] - med[ref]) * 1e3}
         r["top_ms"] = [r["drytune_ms"]] + [med[f"top{i}"] * 1e3 for i in range(2, len(more) + 2)]
-        if baseline is not None:
-            r["baseline_ms"] = med["baseline"] * 1e3
+        if baseline is not None and has_ms:
             r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
                                                                              strict=True))
-        print(f"{nt.name:60s} x{nt.weight:<3d} drytune {r['drytune_ms']:8.3f} ms  MS {r['metaschedule_ms']:8.3f} ms  "
+        rows.append(r)
+        print(f"{nt.name:60s} x{nt.weight:<3d} drytune {r['drytune_ms']:8.3f} ms  {ref} {r[f'{ref}_ms']:8.3f} ms  "
               f"ratio {r['ratio']:.2f}", flush=True)
     rows.sort(key=lambda r: -r["gap_ms"])
-    systems = ("drytune", "metaschedule") + (("baseline",) if baseline is not None else ())
+    systems = ("drytune",) + (("metaschedule",) if has_ms else ()) + (("baseline",) if baseline is not None else ())
     total = {k: sum(r["weight"] * r[f"{k}_ms"] for r in rows) for k in systems}
-    report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "rows": rows, "sum_ms": total,
+    report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "reference": ref, "rows": rows, "sum_ms": total,
               "command": "python benchmarks/network_tasks.py " + " ".join(sys.argv[1:])}
-    lines = [f"# {args.model}: drytune's kernels against MetaSchedule's, task by task", "",
+    ref_name = "MetaSchedule" if has_ms else "baseline"
+    third = baseline is not None and has_ms  # the baseline as a third column beside MetaSchedule
+    lines = [f"# {args.model}: drytune's kernels against {ref_name}'s, task by task", "",
              f"{report['date']}. `{report['command']}`", "",
-             "Each task's kernel built alone and timed interleaved (median of rounds); gap = calls x (drytune - "
-             "MetaSchedule). Sorted by gap.", "",
-             "| task | kind | calls | GFLOP | drytune ms (predicted) | MetaSchedule ms | ratio | gap ms |"
-             + (" baseline ms | drytune / baseline |" if baseline is not None else ""),
-             "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline is not None else "")]
+             f"Each task's kernel built alone and timed interleaved (median of rounds); gap = calls x (drytune - "
+             f"{ref_name}). Sorted by gap.", "",
+             f"| task | kind | calls | GFLOP | drytune ms (predicted) | {ref_name} ms | ratio | gap ms |"
+             + (" baseline ms | drytune / baseline |" if third else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if third else "")]
     if baseline is not None:
         lines[4] = f"Baseline: the picks of {args.baseline_work_dir}, timed in the same rounds. " + lines[4]
     for r in rows:
         pred = f" ({r['predicted_ms']:.3f})" if r["predicted_ms"] is not None else " (default)"
-        extra = f" {r['baseline_ms']:.3f} | {r['ratio_to_baseline']:.2f} |" if baseline is not None else ""
+        extra = f" {r['baseline_ms']:.3f} | {r['ratio_to_baseline']:.2f} |" if third else ""
         lines.append(f"| {r['task']} | {r['kind']} | {r['weight']} | {r['gflop']:.3f} | {r['drytune_ms']:.3f}{pred} | "
-                     f"{r['metaschedule_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |{extra}")
-    lines += ["", f"Sum of calls x kernel time: drytune {total['drytune']:.2f} ms, MetaSchedule "
-              f"{total['metaschedule']:.2f} ms" + (f", baseline {total['baseline']:.2f} ms." if baseline is not None
-                                                    else ".")]
+                     f"{r[f'{ref}_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |{extra}")
+    lines += ["", "Sum of calls x kernel time: " + ", ".join(f"{k} {v:.2f} ms" for k, v in total.items()) + "."]
     if args.top_k > 1:
         report["verify_sum_ms"] = [sum(r["weight"] * min(r["top_ms"][:k]) for r in rows)
                                    for k in range(1, args.top_k + 1)]
         lines += ["", "The fastest of each task's k best predictions (what verify_top_k=k builds, chosen here by the "
                   "same medians that are summed), summed over calls:", "",
-                  "| k | sum ms | / MetaSchedule |", "|---|---|---|"]
-        lines += [f"| {k} | {v:.2f} | {v / total['metaschedule']:.3f} |"
+                  f"| k | sum ms | / {ref_name} |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.2f} | {v / total[ref]:.3f} |"
                   for k, v in enumerate(report["verify_sum_ms"], 1)]
     write_report(f"network_tasks_{args.model}", args.tag, report, lines)
     return 0
