@@ -89,10 +89,17 @@ def reduction_loop(asm: str) -> dict[str, int]:
     return dict(best)
 
 
-def main() -> int:
-    args = parse_args(__doc__)
+def timed_tile(mod, target, rng, min_seconds: float) -> tuple:
+    """`mod` built for `target`: a timer of it (`microbench.kernel_timer`) and its reduction loop as read in the
+    assembly (`reduction_loop`)."""
     import tvm
 
+    lib = tvm.compile(mod, target=target)
+    return kernel_timer(lib, mod, rng, min_seconds), reduction_loop(lib.mod.inspect_source("asm"))
+
+
+def main() -> int:
+    args = parse_args(__doc__)
     from drytune.costmodel.kernel import kernel_cycles
     from drytune.costmodel.looptree import LoopTree
     from drytune.costmodel.model import StaticCostModel
@@ -103,11 +110,10 @@ def main() -> int:
     timers, rows = {}, []
     for case in CASES:
         mod = tile_module(*case)
-        lib = tvm.compile(mod, target=target)
-        timers[case] = kernel_timer(lib, mod, rng, args.min_seconds)
+        timers[case], loop = timed_tile(mod, target, rng, args.min_seconds)
         est = kernel_cycles(LoopTree.from_mod(mod), model.spec, model.kernel)
         rows.append({"rows": case[0], "columns": case[1], "lanes": case[2], "unrolled_by": "TVM" if case[3] else "LLVM",
-                     "asm_loop": reduction_loop(lib.mod.inspect_source("asm")),
+                     "asm_loop": loop,
                      "predicted_s": model.seconds_of_module(mod),
                      "kernel_cycles": est.cycles, "kernel_bound": max(est.bound_counts, key=est.bound_counts.get)})
     times = interleaved(timers, args.rounds)

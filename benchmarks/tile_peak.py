@@ -16,9 +16,9 @@ import sys
 import time
 
 import numpy as np
-from microbench import interleaved, kernel_timer, one_core_target, parse_args
+from microbench import interleaved, one_core_target, parse_args
 from op_tuning import fma_peak_gflops
-from register_tiles import K, reduction_loop, tile_module
+from register_tiles import K, tile_module, timed_tile
 from report_files import write_report
 
 # (rows, columns, unrolled reduction steps); 16 lanes
@@ -28,8 +28,6 @@ CASES = [(8, 32, 4), (8, 32, 32), (8, 32, 64), (4, 64, 4), (4, 64, 32), (4, 32, 
 
 def main() -> int:
     args = parse_args(__doc__)
-    import tvm
-
     from drytune.costmodel.model import StaticCostModel
 
     target = one_core_target()
@@ -38,11 +36,9 @@ def main() -> int:
     timers, rows = {}, []
     for rows_, cols, steps in CASES:
         mod = tile_module(rows_, cols, 16, True, k_inner=steps, steps_outside=True)
-        lib = tvm.compile(mod, target=target)
-        timers[(rows_, cols, steps)] = kernel_timer(lib, mod, rng, args.min_seconds)
+        timers[(rows_, cols, steps)], loop = timed_tile(mod, target, rng, args.min_seconds)
         m, n = (int(x) for x in mod["main"].params[2].shape)
-        rows.append({"rows": rows_, "columns": cols, "steps": steps, "flops": 2 * m * n * K,
-                     "asm_loop": reduction_loop(lib.mod.inspect_source("asm")),
+        rows.append({"rows": rows_, "columns": cols, "steps": steps, "flops": 2 * m * n * K, "asm_loop": loop,
                      "predicted_s": model.seconds_of_module(mod)})
     peaks = []
     times: dict = {key: [] for key in timers}
