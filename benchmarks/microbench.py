@@ -40,12 +40,15 @@ def kernel_timer(lib, mod, rng, min_seconds: float):
     return lambda: evaluator(*arrays).mean
 
 
-def interleaved(timers: dict, rounds: int) -> dict:
+def interleaved(timers: dict, rounds: int, between_rounds=None) -> dict:
     """Each timer's readings over `rounds` rounds, the order rotated by one each round (a slow spell of the machine
-    then falls on different kernels)."""
+    then falls on different kernels); `between_rounds`, if given, is called before each round (a reference timed in
+    the same phases)."""
     keys = list(timers)
     times: dict = {k: [] for k in keys}
     for r in range(rounds):
+        if between_rounds is not None:
+            between_rounds()
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             times[k].append(timers[k]())
     return times

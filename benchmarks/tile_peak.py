@@ -40,14 +40,8 @@ def main() -> int:
         m, n = (int(x) for x in mod["main"].params[2].shape)
         rows.append({"rows": rows_, "columns": cols, "steps": steps, "flops": 2 * m * n * K, "asm_loop": loop,
                      "predicted_s": model.seconds_of_module(mod)})
-    peaks = []
-    times: dict = {key: [] for key in timers}
-    keys = list(timers)
-    for r in range(args.rounds):  # the peak measured between rounds, so that both see the same phases
-        peaks.append(fma_peak_gflops(1))
-        rotated = keys[r % len(keys):] + keys[:r % len(keys)]  # a slow spell falls on other kernels each round
-        for key, ts in interleaved({k: timers[k] for k in rotated}, 1).items():
-            times[key] += ts
+    peaks: list[float] = []  # the peak measured between rounds, so that both see the same phases
+    times = interleaved(timers, args.rounds, between_rounds=lambda: peaks.append(fma_peak_gflops(1)))
     peak = statistics.median(peaks)
     for row, key in zip(rows, timers, strict=True):
         row["times_s"] = times[key]
