@@ -54,6 +54,9 @@ class KernelConfig:
     """Machine parameters of the kernel model (per core); defaults describe a 2-FMA-pipe AVX-512 core."""
 
     fp_pipes: float = 2.0
+    # Loads (vector, broadcast or scalar) per cycle. The Emerald Rapids machines' file sets 1: GEMM register tiles
+    # timed alone there (benchmarks/tile_peak.py) took 0.9-1.3 cycles per load, a broadcast as much as a full vector,
+    # so an 8 x 32 tile (10 loads per 16 FMAs) ran at 61-64% of the FMA peak and a 4 x 64 tile (8 loads) at 77-79%
     load_ports: float = 2.0
     store_ports: float = 1.0
     shuffle_ports: float = 1.0
@@ -121,9 +124,10 @@ class KernelConfig:
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
     # Micro-ops per cycle of a body that multiplies and adds (FMAs), accumulators in registers or not; 0: `issue_width`.
-    # A calibration sets it for its machine: on the Emerald Rapids machines 23 of 30 GEMM bodies ran at 1.9-2.2
-    # micro-ops per cycle whatever their mix of FMAs, broadcasts, loads and stores (benchmarks/kernel_bodies.py), where
-    # the pipes would allow two FMAs and two loads per cycle
+    # On the Emerald Rapids machines 23 of 30 GEMM bodies ran at 1.9-2.2 micro-ops per cycle
+    # (benchmarks/kernel_bodies.py) and register tiles alone at 1.8-2.5 (benchmarks/tile_peak.py). No shipped file
+    # sets it: a width of 2 was screened on the Intel fidelity rows only, never tuned with; that file sets
+    # `load_ports` instead
     fma_issue_width: float = 0.0
     # Cycles per cache line that a nest reads from an intermediate another core wrote in an earlier nest (a parallel
     # nest read by a serial one, or two parallel nests that split the buffer differently). The two vCPUs of these
