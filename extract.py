@@ -19,6 +19,7 @@ from tvm.target import Target
 from .errors import DrytuneError
 from .fastmath import fast_math_passes
 from .layout import layout_passes, resolve_layout
+from .prepack import mark_constant_weights
 from .target import HardwareSpec, resolve_target
 from .task import Task
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = False,
-         layout: str = "keep") -> tvm.IRModule:
+         layout: str = "keep", prepack_weights: bool = True) -> tvm.IRModule:
     """Lower an unfused Relax module to fused PrimFuncs called from "main" (the module that gets tuned and built).
 
     Run it exactly once on the imported module: fusion is not idempotent, and fusing a fused module again
@@ -34,7 +35,9 @@ def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = Fa
     `fast_math`: exp, erf and tanh (softmax, GELU) become polynomials that vectorize instead of one libm call per
     vector lane (`fastmath.py`); results differ from libm's in the last bits, and the tuned network is checked
     against the framework's output either way. `layout`: "NHWC" converts the convolutions to channels-last
-    (`layout.py`), "auto" does so on CPU targets, "keep" leaves the imported layout.
+    (`layout.py`), "auto" does so on CPU targets, "keep" leaves the imported layout. `prepack_weights` marks the
+    parameters that are constants, so that schedules may pack them once at build time (`prepack.py`); the mark is
+    part of each PrimFunc, so records tuned with it and without it do not match each other.
     """
     tvm_target, _ = resolve_target(target)
     passes = tvm.transform.Sequential([
@@ -49,6 +52,7 @@ def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = Fa
         relax.transform.CanonicalizeBindings(),
         *(fast_math_passes() if fast_math else []),
         relax.get_pipeline("zero"),  # LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
+        *([mark_constant_weights()] if prepack_weights else []),
     ])
     with tvm_target:
         return passes(mod)

@@ -50,6 +50,15 @@ def picked_mod(choice, nt) -> tvm.IRModule:
     return choice.record.to_schedule().mod if choice.record is not None else nt.task.mod
 
 
+def either_records(store: RecordStore, tasks, plain) -> list:
+    """`choose_records` of the tasks with the constant-weight mark, or, for a task with no such record (a work dir
+    tuned before the mark existed), of the same task without it."""
+    if [nt.name for nt in tasks] != [nt.name for nt in plain]:
+        raise SystemExit("the network's tasks differ with and without the constant-weight mark")
+    marked, unmarked = choose_records(store, tasks), choose_records(store, plain)
+    return [m if m.record is not None else u for m, u in zip(marked, unmarked, strict=True)]
+
+
 def next_best(store: RecordStore, task, pick, n: int) -> list:
     """Up to `n` records of the task with the best predictions after `pick`'s, one per distinct schedule."""
     seen = {str(pick.trace)} if pick is not None else set()
@@ -96,19 +105,21 @@ def main() -> int:
         raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first, or compare "
                          "with another drytune work dir (--baseline-work-dir)")
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math), target)
+    # MetaSchedule tuned the network without the constant-weight mark, as did drytune before session 52
+    plain = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math, prepack=False), target)
     store = RecordStore(os.path.join(mdir, "drytune"))
-    choices = choose_records(store, tasks)
+    choices = either_records(store, tasks, plain)
     baseline = None
     if args.baseline_work_dir:
         bdir = model_dir(os.path.abspath(args.baseline_work_dir), args.model)
-        baseline = choose_records(RecordStore(os.path.join(bdir, "drytune")), tasks)
+        baseline = either_records(RecordStore(os.path.join(bdir, "drytune")), tasks, plain)
     db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False) if has_ms else None
     ref = "metaschedule" if has_ms else "baseline"  # what the ratio and the gap are taken against
     rows = []
-    for nt, choice, base in zip(tasks, choices, baseline or [None] * len(tasks), strict=True):
+    for nt, plain_nt, choice, base in zip(tasks, plain, choices, baseline or [None] * len(tasks), strict=True):
         mods = {"drytune": picked_mod(choice, nt)}
         if db is not None:
-            mods["metaschedule"] = ms_best(db, nt.task, target)
+            mods["metaschedule"] = ms_best(db, plain_nt.task, target)
             if mods["metaschedule"] is None:
                 print(f"{nt.name}: MetaSchedule has no record; skipped", flush=True)
                 continue

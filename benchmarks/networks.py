@@ -111,15 +111,16 @@ def target_dict(threads: int) -> dict:
     return {**attrs, "num-cores": threads}
 
 
-def load_fused(model: str, target: dict, fast_math: bool = False, layout: str = "auto"):
-    """The zoo model imported and fused once (drytune's `fuse`, the module both tuners see)."""
+def load_fused(model: str, target: dict, fast_math: bool = False, layout: str = "auto", prepack: bool = True):
+    """The zoo model imported and fused once (drytune's `fuse`). MetaSchedule gets it with `prepack=False`: its
+    relax pipeline's default (`cpu_weight_prepack=False`), and the databases of earlier sessions match it."""
     from drytune import zoo
     from drytune.extract import fuse
     from drytune.network import load_network
 
     torch_model, inputs = zoo.get_model(model)
     network = load_network(torch_model, inputs, name=model)
-    return fuse(network.mod, target, fast_math=fast_math, layout=layout)
+    return fuse(network.mod, target, fast_math=fast_math, layout=layout, prepack_weights=prepack)
 
 
 def record_counts(path: str) -> tuple[int, int]:
@@ -229,7 +230,7 @@ def ms_child(model: str, ms_dir: str, cfg: BenchConfig) -> None:
     from tvm.target import Target
 
     target = Target(target_dict(cfg.threads))
-    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout)
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout, prepack=False)
     builder = ms.builder.LocalBuilder(timeout_sec=cfg.ms_builder_timeout_s, initializer=warm_builder_worker)
     ms.relax_integration.tune_relax(fused, params={}, target=target, work_dir=ms_dir, max_trials_global=1_000_000,
                                     num_trials_per_iter=cfg.ms_trials_per_iter, builder=builder, runner="local",
@@ -313,7 +314,7 @@ def build(model: str, work: str, cfg: BenchConfig) -> dict:
     mdir = model_dir(work, model)
     target = Target(target_dict(cfg.threads))
     t0 = time.perf_counter()
-    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout)
+    fused = load_fused(model, target_dict(cfg.threads), cfg.fast_math, cfg.layout, prepack=False)
     prim_funcs = [gv.name_hint for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     out: dict = {"import_fuse_s": time.perf_counter() - t0, "prim_funcs": len(prim_funcs)}
     t0 = time.perf_counter()

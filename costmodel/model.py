@@ -25,6 +25,7 @@ import tvm
 
 from ..annotate.candidate import Candidate
 from ..errors import InvalidCandidateError
+from ..prepack import kernel_as_run
 from ..target import HardwareSpec, resolve_target
 from ..task import Task
 from .base import CostModel
@@ -237,7 +238,7 @@ class StaticCostModel(CostModel):
         """CPU features of one candidate (raises on a candidate that cannot be built or analysed)."""
         if self._cpu is None:
             raise ValueError("features() is for CPU targets; use gpu_features for CUDA")
-        return self._cpu.extract(candidate.to_mod())
+        return self._cpu.extract(kernel_as_run(candidate.to_mod()))
 
     def seconds_from_features(self, feats: CPUFeatures) -> float:
         values = hide_l1_refills(feats.values, self.coefficients.l1_hidden_per_cycle)
@@ -255,7 +256,8 @@ class StaticCostModel(CostModel):
 
     def seconds_of_module(self, mod: tvm.IRModule) -> float:
         """Predicted seconds of an already scheduled module (a candidate's, or one scheduled elsewhere, e.g. by
-        MetaSchedule); raises when it cannot be built or analysed."""
+        MetaSchedule); raises when it cannot be built or analysed. Weights packed at build time are not counted."""
+        mod = kernel_as_run(mod)
         if self.is_gpu:
             from .gpu_features import extract_gpu_features
 
@@ -299,7 +301,7 @@ class StaticCostModel(CostModel):
         out = []
         for cand in candidates:
             try:
-                out.append(cycles_of(cand.to_mod()) / (self.spec.freq_ghz * 1e9))
+                out.append(cycles_of(kernel_as_run(cand.to_mod())) / (self.spec.freq_ghz * 1e9))
             except Exception as err:  # noqa: BLE001 - counted like a full-score failure
                 self._fail("prescore:" + type(err).__name__, err)
                 out.append(math.inf)

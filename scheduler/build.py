@@ -14,6 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..errors import DrytuneError
+from ..prepack import PREPACKED_SUFFIX, fold_weight_packing
 from ..records import Record, RecordStore
 from ..verify import check_module
 
@@ -81,7 +82,8 @@ def default_schedule_rules(target: Target) -> list:
 
 
 def apply_choices(fused: tvm.IRModule, tasks: Sequence, choices: Sequence[Choice], target: Target) -> tvm.IRModule:
-    """The fused module with the chosen records applied by `MetaScheduleApplyDatabase`, defaults elsewhere."""
+    """The fused module with the chosen records applied by `MetaScheduleApplyDatabase`, defaults elsewhere, and
+    the weights that schedules pack packed here, once (`drytune.prepack`)."""
     from tvm.s_tir import dlight as dl
 
     db = ms.database.MemoryDatabase()
@@ -101,15 +103,16 @@ def apply_choices(fused: tvm.IRModule, tasks: Sequence, choices: Sequence[Choice
             if target.kind.name == "cuda":
                 raise
             log.warning("default CPU schedules not applied: %s", err)
-    return mod
+        return fold_weight_packing(mod)
 
 
 def applied_tasks(mod: tvm.IRModule) -> set[str]:
-    """Names of the PrimFuncs that carry a schedule (TVM marks them `tirx.is_scheduled`)."""
+    """Names of the PrimFuncs that carry a schedule (TVM marks them `tirx.is_scheduled`); a kernel whose weight
+    packing was split off at build time (TVM names it `<task>_prepacked`) counts under its task's name."""
     out = set()
     for gv, func in mod.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and "tirx.is_scheduled" in func.attrs:
-            out.add(gv.name_hint)
+            out.add(gv.name_hint.removesuffix(PREPACKED_SUFFIX))
     return out
 
 

@@ -202,7 +202,7 @@ def _open_work_dir(work_dir: str, network, target, tasks, skipped, budget: str, 
     """Write network.json; return the round log to resume from (empty for another model, target, math mode or
     layout)."""
     fingerprint = (str(network.fingerprint) + ("+fast-math" if fast_math else "")
-                   + (f"+{layout}" if layout != "keep" else ""))
+                   + (f"+{layout}" if layout != "keep" else "") + "+prepack")
     ident = target_identity(target)
     previous = read_network(work_dir)
     rounds = read_rounds(work_dir)

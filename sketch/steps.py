@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
+from ..prepack import PREPROC_ATTR, is_constant_weight
 from .analysis import affine_terms, iter_var_loops, loop_iter_kinds
 from .sketch import TILE, Decider, FootprintLimit, Hole, ProductLimit, Step
 
@@ -239,7 +240,8 @@ class PackOperand(Step):
     stride puts every row of a tile in one L1 set) or, for buf[s, r], a gather. P is a choice hole. The copy
     is a root nest (panels outermost, then r, then the panel's P elements) that the finishing step annotates.
     A batch of such inputs (`batch_dims` leading indices that are output iterators, as batch_matmul's
-    B[b, j, k]) is packed matrix by matrix: packed[b, s // P, r, s % P].
+    B[b, j, k]) is packed matrix by matrix: packed[b, s // P, r, s % P]. A network's constant weight is packed
+    once at build time, not per call (`drytune.prepack`).
     """
 
     block: str
@@ -264,6 +266,8 @@ class PackOperand(Step):
         s_loop, r_loop = (first, second) if self.spatial_first else (second, first)
         panel, lane = sch.split(s_loop, factors=[None, width])
         sch.reorder(panel, r_loop, lane)
+        if is_constant_weight(sch.mod["main"], sch.get(cache).reads[0].source):
+            sch.annotate(cache, PREPROC_ATTR, True)  # a network weight: packed once when the network is built
 
 
 @dataclass(frozen=True)

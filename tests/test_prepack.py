@@ -1,0 +1,101 @@
+"""Network weights packed once at build time: the mark, the cost model, the timer and the build, with real TVM."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from drytune.annotate.candidate import Candidate
+from drytune.costmodel.model import StaticCostModel
+from drytune.extract import extract_tasks, fuse
+from drytune.measure import measure
+from drytune.network import load_network
+from drytune.prepack import LAYOUT_FREE_ATTR, has_weight_packing, kernel_as_run
+from drytune.records import RecordStore
+from drytune.scheduler.build import build_checked, compile_module, run_executable
+from drytune.space import SearchSpace
+from drytune.target import resolve_target
+from drytune.task import Task
+
+torch = pytest.importorskip("torch")
+
+TARGET = resolve_target("llvm")[0]
+
+
+@functools.cache
+def _linear():
+    """A dense layer with constant weights (16 x 64 input, 64 -> 128): network, torch model, input, its task."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 128).eval()
+    x = torch.randn(16, 64)
+    net = load_network(model, (x,), name="linear")
+    fused = fuse(net.mod, TARGET)
+    tasks = extract_tasks(fused, TARGET)
+    (dense,) = [nt for nt in tasks if nt.kind == "matmul"]
+    return net, fused, tasks, dense, model, x
+
+
+def _packed(task: Task) -> Candidate:
+    """A sampled candidate of `task` that packs the weight."""
+    for cand in SearchSpace(task).sample(200, seed=1):
+        if has_weight_packing(cand.to_mod()):
+            return cand
+    raise AssertionError("no sampled candidate packs the weight")
+
+
+def _unmarked(task: Task) -> Task:
+    """The same program without the constant-parameter mark (as a single operator is tuned)."""
+    return Task.from_prim_func(task.func.without_attr(LAYOUT_FREE_ATTR), task.target, name=task.name, spec=task.spec)
+
+
+def test_fuse_marks_the_constant_weight() -> None:
+    net, _, _, dense, _, _ = _linear()
+    weight_index = next(i for i, p in enumerate(dense.task.func.params) if tuple(int(s) for s in p.shape) == (64, 128))
+    assert weight_index in [int(i) for i in dense.task.func.attrs[LAYOUT_FREE_ATTR]]
+    plain = fuse(net.mod, TARGET, prepack_weights=False)
+    assert all(LAYOUT_FREE_ATTR not in (f.attrs or {}) for _, f in plain.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def test_packing_a_weight_is_left_out_of_the_kernel_as_run() -> None:
+    dense = _linear()[3]
+    cand = _packed(dense.task)
+    as_run = kernel_as_run(cand.to_mod())
+    assert not has_weight_packing(as_run)
+    shapes = [tuple(int(s) for s in p.shape) for p in as_run["main"].params]
+    assert (64, 128) not in shapes and any(len(s) == 3 and int(np.prod(s)) == 64 * 128 for s in shapes)
+    # the same schedule of the same program without the mark copies the weight on every call
+    same = Candidate(_unmarked(dense.task), cand.sketch, cand.decisions)
+    assert not has_weight_packing(same.to_mod())
+    model = StaticCostModel(TARGET)
+    packed_once, packed_per_call = model.predict(dense.task, [cand])[0], model.predict(same.task, [same])[0]
+    assert np.isfinite(packed_once) and packed_once < packed_per_call
+
+
+def test_measure_checks_the_whole_program_and_times_the_kernel_as_run() -> None:
+    dense = _linear()[3]
+    cand = _packed(dense.task)
+    seconds = measure(dense.task, [cand], check=True)
+    assert np.isfinite(seconds[0]) and seconds[0] > 0
+
+
+def test_build_packs_the_weight_once(tmp_path) -> None:
+    net, fused, tasks, dense, model, x = _linear()
+    store = RecordStore(str(tmp_path))
+    store.add(_packed(dense.task), 1e-6)  # the best record of its task
+    built = build_checked(fused, tasks, store, TARGET, reference=lambda: [model(x).detach().numpy()],
+                          inputs=[x.numpy()], rtol=1e-4, atol=1e-5)
+    assert "matches the reference" in built.check
+    names = [gv.name_hint for gv, _ in built.module.functions_items()]
+    assert f"{dense.name}_prepacked" in names and not any("weight_prepack" in n for n in names)
+    calls: list[str] = []
+    tvm_ffi.structural_walk(built.module["main"], [(relax.GlobalVar, lambda gv: calls.append(gv.name_hint))],
+                            order="pre")
+    assert f"{dense.name}_prepacked" in calls  # main calls the kernel on the packed constant directly
+    got = run_executable(compile_module(built.module, TARGET), [x.numpy()])[0]
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
