@@ -52,7 +52,7 @@ def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = Fa
         relax.transform.CanonicalizeBindings(),
         *(fast_math_passes() if fast_math else []),
         relax.get_pipeline("zero"),  # LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
-        *([mark_constant_weights()] if prepack_weights else []),
+        *([mark_constant_weights] if prepack_weights else []),
     ])
     with tvm_target:
         return passes(mod)

@@ -79,6 +79,12 @@ class SpaceConfig:
     # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
     # that make the others slow (docs/measurements-one-operator.md, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True
+    # CPU: a network's constant weight that some sketch packs is packed by every searched sketch: the packing is done
+    # once at build time (drytune.prepack), and the static model, which sees weights in cache, cannot tell the
+    # unpacked tiles that stream them badly (BERT-base 128x768x3072: an unpacked pick predicted 1.61 ms ran 6.5 ms;
+    # the best three packed records of each dense layer ran 0.54-0.68, 2.6-3.2 and 2.7-2.9 ms against the unpacked
+    # picks' 0.73-0.94, 3.1-6.5 and 3.2 ms; docs/measurements-networks.md, session 52)
+    cpu_pack_weights: bool = True
 
     def __post_init__(self) -> None:
         if self.rfactor_compute_location not in get_args(SumPlacement):

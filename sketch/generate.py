@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from tvm import s_tir
 
+from ..prepack import is_constant_weight
 from ..task import Task
 from .analysis import block_names, output_buffers
 from .config import SpaceConfig
@@ -73,20 +74,29 @@ def generate_sketches(
     return sketches
 
 
+def _packs_weight(task: Task, step: PackOperand) -> bool:
+    """Whether the step packs one of the network's constant weights (read `read_index` of its block)."""
+    sch = s_tir.Schedule(task.mod)
+    return is_constant_weight(task.func, sch.get(sch.get_sblock(step.block)).reads[step.read_index].source)
+
+
 def searched_sketches(task: Task, sketches: list[Sketch], config: SpaceConfig | None = None) -> list[Sketch]:
     """The sketches a search draws from: on CPU, when some sketches pack an input's rows (which they do only
-    for rows that share an L1 set), only those; all otherwise. Names are those of the full derivation."""
+    for rows that share an L1 set) or a network's constant weight, only those that pack all of them; all
+    otherwise. Names are those of the full derivation."""
     config = config or SpaceConfig()
-    if task.is_gpu or not config.cpu_pack_critical_rows:
+    if task.is_gpu or not (config.cpu_pack_critical_rows or config.cpu_pack_weights):
         return sketches
+    steps = {s for sketch in sketches for s in sketch.steps if isinstance(s, PackOperand)}
+    must = {(s.block, s.read_index) for s in steps
+            if (s.rows and config.cpu_pack_critical_rows) or (config.cpu_pack_weights and _packs_weight(task, s))}
 
-    def row_packs(sketch: Sketch) -> set[tuple[str, int]]:
-        return {(s.block, s.read_index) for s in sketch.steps if isinstance(s, PackOperand) and s.rows}
+    def packs(sketch: Sketch) -> set[tuple[str, int]]:
+        return {(s.block, s.read_index) for s in sketch.steps if isinstance(s, PackOperand)}
 
-    required = set().union(*map(row_packs, sketches))
-    kept = [s for s in sketches if required <= row_packs(s)]
-    if not required or not kept:
+    kept = [s for s in sketches if must <= packs(s)]
+    if not must or not kept:
         return sketches
-    log.debug("task %s: %d sketches leave rows that share an L1 set unpacked, not searched", task.name,
-              len(sketches) - len(kept))
+    log.debug("task %s: %d sketches leave rows that share an L1 set or a constant weight unpacked, not searched",
+              task.name, len(sketches) - len(kept))
     return kept

@@ -99,3 +99,12 @@ def test_build_packs_the_weight_once(tmp_path) -> None:
     assert f"{dense.name}_prepacked" in calls  # main calls the kernel on the packed constant directly
     got = run_executable(compile_module(built.module, TARGET), [x.numpy()])[0]
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_every_searched_sketch_packs_a_constant_weight() -> None:
+    dense = _linear()[3]
+    marked, unmarked = SearchSpace(dense.task), SearchSpace(_unmarked(dense.task))
+    assert len(marked.sketches) < len(marked.derived)
+    for cand in marked.sample(16, seed=2):
+        assert has_weight_packing(cand.to_mod())
+    assert any(not has_weight_packing(c.to_mod()) for c in unmarked.sample(32, seed=2))
