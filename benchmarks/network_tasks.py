@@ -52,11 +52,17 @@ def picked_mod(choice, nt) -> tvm.IRModule:
 
 def either_records(store: RecordStore, tasks, plain) -> list:
     """`choose_records` of the tasks with the constant-weight mark, or, for a task with no such record (a work dir
-    tuned before the mark existed), of the same task without it."""
-    if [nt.name for nt in tasks] != [nt.name for nt in plain]:
-        raise SystemExit("the network's tasks differ with and without the constant-weight mark")
+    tuned before the mark existed), of the same task without it (`plain`: the tasks without it, in the same order)."""
     marked, unmarked = choose_records(store, tasks), choose_records(store, plain)
     return [m if m.record is not None else u for m, u in zip(marked, unmarked, strict=True)]
+
+
+def same_order(tasks, plain) -> list:
+    """The tasks extracted without the constant-weight mark, in the order of `tasks` (matched by name)."""
+    by_name = {nt.name: nt for nt in plain}
+    if set(by_name) != {nt.name for nt in tasks}:
+        raise SystemExit("the network's tasks differ with and without the constant-weight mark")
+    return [by_name[nt.name] for nt in tasks]
 
 
 def next_best(store: RecordStore, task, pick, n: int) -> list:
@@ -106,7 +112,8 @@ def main() -> int:
                          "with another drytune work dir (--baseline-work-dir)")
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math), target)
     # MetaSchedule tuned the network without the constant-weight mark, as did drytune before session 52
-    plain = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math, prepack=False), target)
+    plain = same_order(tasks, extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math,
+                                                      prepack=False), target))
     store = RecordStore(os.path.join(mdir, "drytune"))
     choices = either_records(store, tasks, plain)
     baseline = None

@@ -81,9 +81,10 @@ class SpaceConfig:
     cpu_pack_critical_rows: bool = True
     # CPU: a network's constant weight that some sketch packs is packed by every searched sketch: the packing is done
     # once at build time (drytune.prepack), and the static model, which sees weights in cache, cannot tell the
-    # unpacked tiles that stream them badly (BERT-base 128x768x3072: an unpacked pick predicted 1.61 ms ran 6.5 ms;
-    # the best three packed records of each dense layer ran 0.54-0.68, 2.6-3.2 and 2.7-2.9 ms against the unpacked
-    # picks' 0.73-0.94, 3.1-6.5 and 3.2 ms; docs/measurements-networks.md, session 52)
+    # unpacked tiles that stream them badly (BERT-base 128x768x3072: an unpacked pick predicted 1.61 ms ran 6.4 ms;
+    # the three best-predicted packed records of its dense layers ran 0.55-0.68 ms against unpacked picks' 0.74-0.86
+    # (128x768x768) and 2.7-3.5 against 3.1 and 6.4 ms (128x768x3072); benchmarks/results/
+    # weight_packing_bert_base_emeraldrapids_s52.md)
     cpu_pack_weights: bool = True
 
     def __post_init__(self) -> None:
