@@ -20,11 +20,13 @@ PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for a kernel
 
 
 def _constant_params(mod: tvm.IRModule) -> dict[str, set[int]]:
-    """For each PrimFunc called with `call_tir`, the parameters that every call passes a relax constant."""
+    """For each PrimFunc called with `call_tir` (or its in-place and gradient forms), the parameters that every call
+    passes a relax constant."""
     found: dict[str, set[int]] = {}
 
     def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.call_tir":
+        if (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
+                and expr.op.name.startswith("relax.call_tir")):
             callee, args = expr.args[0], expr.args[1]
             args = args.fields if isinstance(args, relax.Tuple) else [args]
             here = {i for i, a in enumerate(args) if isinstance(a, tvm.ir.expr.GenericConst)}
