@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -102,7 +104,18 @@ def test_build_packs_the_weight_once(tmp_path) -> None:
                             order="pre")
     assert f"{dense.name}_prepacked" in calls  # main calls the kernel on the packed constant directly
     got = run_executable(compile_module(built.module, TARGET), [x.numpy()])[0]
-    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    want = model(x).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # the library carries the packed weight: it runs in a fresh process with the input alone
+    lib, data = str(tmp_path / "dense.so"), str(tmp_path / "xy.npy")
+    built.executable.export_library(lib)
+    np.save(data, x.numpy())
+    script = ("import numpy as np, tvm; from tvm import relax; "
+              f"vm = relax.VirtualMachine(tvm.runtime.load_module({lib!r}), tvm.cpu()); "
+              f"y = vm['main'](tvm.runtime.tensor(np.load({data!r}))); "
+              f"np.save({data!r}, (y if hasattr(y, 'numpy') else y[0]).numpy())")
+    subprocess.run([sys.executable, "-c", script], check=True)
+    np.testing.assert_allclose(np.load(data), want, rtol=1e-4, atol=1e-5)
 
 
 def test_every_searched_sketch_packs_a_constant_weight() -> None:
