@@ -80,8 +80,8 @@ class SpaceConfig:
     # that make the others slow (docs/measurements-one-operator.md, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True
     # CPU: a network's constant weight that some sketch packs is packed by every searched sketch: the packing is done
-    # once at build time (drytune.prepack), and the static model, which sees weights in cache, cannot tell the
-    # unpacked tiles that stream them badly (BERT-base 128x768x3072: an unpacked pick predicted 1.61 ms ran 6.4 ms;
+    # once at build time (drytune.prepack), and the static model mispredicts some unpacked tiles badly
+    # (BERT-base 128x768x3072: an unpacked pick predicted 1.61 ms ran 6.4 ms, its weight in cache or not;
     # the three best-predicted packed records of its dense layers ran 0.55-0.68 ms against unpacked picks' 0.74-0.86
     # (128x768x768) and 2.7-3.5 against 3.1 and 6.4 ms (128x768x3072); benchmarks/results/
     # weight_packing_bert_base_emeraldrapids_s52.md)
