@@ -94,7 +94,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                          "cuda_fidelity.py --phase report --fit-out FILE (README: the static cost model, NVIDIA)")
     from .costmodel.model import coefficients_file_name
 
-    cpu = str(dict(tasks[0].target.attrs).get("mcpu", "")) or None
+    cpu = tasks[0].spec.core or str(dict(tasks[0].target.attrs).get("mcpu", "")) or None
     name = coefficients_file_name(tasks[0].spec, cpu)
     out = args.out or os.path.join(args.work_dir, name)
     data = os.path.join(args.work_dir, "calibration_measurements.jsonl")

@@ -40,6 +40,9 @@ class HardwareSpec:
     # LLVM's cost tables for this CPU price vector gathers low, so its loop vectorizer gathers a strided load whose
     # copies leave elements unread where for other CPUs it loads the rows whole and shuffles (`_GATHERING_CPUS`)
     llvm_gathers: bool = False
+    # the CPU whose calibration fits these cores when it is not the target's LLVM CPU: a virtual machine whose
+    # hypervisor reports a server core with a client CPU model (`_MISREPORTED_CORES`); "" for the target's own
+    core: str = ""
     # GPU
     sm_count: int = 0
     regs_per_sm: int = 65536
@@ -85,6 +88,31 @@ _DATAPATH_BITS = {"znver4": 256}
 # (tests/test_costmodel_kernel.py checks znver5 against skylake-avx512; znver4 seen the same way, znver3 and
 # sapphirerapids not)
 _GATHERING_CPUS = frozenset({"znver4", "znver5"})
+
+
+# Hypervisors can hand a guest another CPU model number than the silicon's, and LLVM names the host by it. A host
+# named (LLVM CPU) whose /proc/cpuinfo has (a flag that CPU never had) has the cores of (CPU). Seen in session 53: a
+# 2-core Xeon guest with AMX, AVX512-FP16, 2 MiB of L2 per core and 480 MiB of L3 (Granite Rapids sizes; Emerald
+# Rapids has at most 320) reported family 6 model 167, which LLVM names rocketlake (a desktop core without AMX).
+_MISREPORTED_CORES: tuple[tuple[str, str, str], ...] = (
+    ("rocketlake", "amx_tile", "graniterapids"),
+)
+
+
+def _cpu_flags() -> frozenset[str]:
+    """The host's CPU flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith("flags")), "")
+    except OSError:
+        return frozenset()
+    return frozenset(line.partition(":")[2].split())
+
+
+def host_core(cpu: str, flags: frozenset[str]) -> str:
+    """The CPU whose cores the host has when LLVM's name `cpu` is a hypervisor's model number (`_MISREPORTED_CORES`),
+    else ""."""
+    return next((core for name, flag, core in _MISREPORTED_CORES if name == cpu and flag in flags), "")
 
 
 def _cpu_traits(cpu: str) -> dict[str, Any]:
@@ -133,6 +161,7 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         base,
         cores=cores,
         name=f"host-{cpu}",
+        core=host_core(cpu, _cpu_flags()),
         **_cpu_traits(cpu),
         l1_bytes=_cache_value(1, base.l1_bytes),
         l2_bytes=_cache_value(2, base.l2_bytes),

@@ -1,5 +1,6 @@
 """Does a calibration made on one machine rank another? Every shipped coefficients file of the host's architecture
-ranks this machine's measured random candidates (the features cached by costmodel_fidelity.py), per operator; with
+ranks this machine's measured random candidates, per operator, with features computed under that file's own
+kernel-model settings (cached in one file per setting); with
 `--reference TAG`, the same candidates as measured on another machine rank them too (what a perfect model of that
 machine would get here).
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 
@@ -38,24 +40,42 @@ def medians(per_op: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, float
     return {m: float(np.median([g[m] for g in got])) for m in METRICS}
 
 
+def per_operator(rows: list, tag: str, kernel: dict[str, float]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Feature matrices and measured seconds of `rows` per operator, the features computed with the kernel-model
+    settings `kernel` (cached in a file per setting: costmodel_fidelity.py rewrites its own cache whenever it runs
+    with another setting)."""
+    setting = "_".join(f"{k}{v:g}" for k, v in sorted(kernel.items())) or "default"
+    cache = tagged(f"{tag}_kernel_{setting}", os.path.join(RESULTS, "fidelity_features_llvm.jsonl"))
+    feats = compute_features(rows, cache, workers=os.cpu_count() or 1, kernel=kernel)
+    mine = [r for r in rows if "values" in feats.get(_row_key(r), {})]
+    ops = sorted({r.op for r in mine})
+    features = {op: np.array([feats[_row_key(r)]["values"] for r in mine if r.op == op]) for op in ops}
+    seconds = {op: np.array([r.seconds for r in mine if r.op == op]) for op in ops}
+    return features, seconds
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tag", required=True, help="machine whose measurements are ranked")
     ap.add_argument("--reference", default=None, help="machine tag whose measurements of the same rows also rank")
     args = ap.parse_args()
     rows = [r for r in read_rows(tagged(args.tag)) if r.ok and r.source == "random"]
-    feats = compute_features(rows, tagged(args.tag, os.path.join(RESULTS, "fidelity_features_llvm.jsonl")),
-                             workers=os.cpu_count() or 1)
-    rows = [r for r in rows if "values" in feats.get(_row_key(r), {})]
-    ops = sorted({r.op for r in rows})
     _, spec = dt.resolve_target("llvm")
-    by_op = {op: [r for r in rows if r.op == op] for op in ops}
-    features = {op: np.array([feats[_row_key(r)]["values"] for r in mine]) for op, mine in by_op.items()}
-    seconds = {op: np.array([r.seconds for r in mine]) for op, mine in by_op.items()}
+    files = {os.path.basename(p): Coefficients.load(p) for p in sorted(glob.glob(os.path.join(COEFF_DIR,
+                                                                                          f"{spec.arch}-*.json")))}
+    by_settings: dict[str, list[str]] = {}
+    for name, coef in files.items():
+        by_settings.setdefault(json.dumps(coef.kernel_settings, sort_keys=True), []).append(name)
     table: dict[str, dict[str, float]] = {}
-    for path in sorted(glob.glob(os.path.join(COEFF_DIR, f"{spec.arch}-*.json"))):
-        coef = Coefficients.load(path).vector(FEATURE_NAMES)
-        table[os.path.basename(path)] = medians({op: (features[op] @ coef, seconds[op]) for op in ops})
+    ops: list[str] = []
+    for settings_key, names in by_settings.items():
+        features, seconds = per_operator(rows, args.tag, json.loads(settings_key))
+        ops = sorted(features)
+        for name in names:
+            coef = files[name].vector(FEATURE_NAMES)
+            table[name] = medians({op: (features[op] @ coef, seconds[op]) for op in ops})
+    table = dict(sorted(table.items()))
+    by_op = {op: [r for r in rows if r.op == op] for op in ops}
     if args.reference:
         other = {_row_key(r): r.seconds for r in read_rows(tagged(args.reference)) if r.ok}
         per_op = {}

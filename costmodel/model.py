@@ -106,11 +106,12 @@ _SAME_CORES = {"sapphirerapids": "emeraldrapids"}
 
 
 def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str:
-    """The shipped file for the target: calibrated for its CPU model (or one with the same cores), else for its
-    architecture, else defaults.
+    """The shipped file for the target: calibrated for its CPU model (the spec's `core` where the host's LLVM name is
+    a hypervisor's model number; or one with the same cores), else for its architecture, else defaults.
 
     Calibrations are per CPU model because thread count, cache sizes and port counts change the weights.
     """
+    cpu = spec.core or cpu
     cpus = [c for c in (cpu, _SAME_CORES.get(cpu or "")) if c]
     names = [coefficients_file_name(spec, c) for c in cpus] + [coefficients_file_name(spec),
                                                                f"{spec.arch}-default.json"]
