@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ import time
 
 import drytune as dt
 from drytune import workloads
+from drytune.costmodel.model import StaticCostModel
 from drytune.errors import TVM_ERRORS
 from drytune.measure import MeasureWorker, measure_modules
 
@@ -199,10 +201,14 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=2,
                     help="interleaved measurement passes per operator: right after its tuning, then again after every "
                          "operator's tuning; ratios are medians over the rounds of all passes")
+    ap.add_argument("--coefficients", default=None, metavar="FILE",
+                    help="drytune's static cost model with this coefficients file (default: the one shipped for "
+                         "this CPU)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "op_tuning"))
     args = ap.parse_args()
+    cost_model = functools.partial(StaticCostModel, coefficients=args.coefficients) if args.coefficients else None
     kept: list[tuple[dict, dict, object, dict | None]] = []  # each row's kernels, for the later passes
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "rows": []}
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "rows": [], "coefficients": args.coefficients or "shipped"}
     report["fma_peak_gflops"] = fma_peak_gflops()
     print(f"measured FMA peak: {report['fma_peak_gflops']:.0f} GFLOP/s", flush=True)
     if not args.no_scaling:
@@ -215,7 +221,8 @@ def main() -> int:
             for strategy in args.strategies.split(","):
                 t0 = time.perf_counter()
                 work_dir = tempfile.mkdtemp(prefix="dt-")
-                res = dt.tune(task, seconds=budget, strategy=strategy, progress=False, work_dir=work_dir)
+                res = dt.tune(task, seconds=budget, strategy=strategy, progress=False, work_dir=work_dir,
+                              cost_model=cost_model)
                 wall = time.perf_counter() - t0
                 info[f"drytune-{strategy}"] = {"wall_s": wall, "trials": res.trials, "predicted_s": res.predicted,
                                                "phase_s": res.phase_seconds, "work_dir": work_dir,
@@ -225,7 +232,7 @@ def main() -> int:
                 if args.verify_top_k > 0:  # no new candidates: the run's records read back, the k best measured
                     t0 = time.perf_counter()
                     ver = dt.tune(task, trials=0, strategy=strategy, progress=False, work_dir=work_dir,
-                                  verify_top_k=args.verify_top_k)
+                                  verify_top_k=args.verify_top_k, cost_model=cost_model)
                     verify_s = time.perf_counter() - t0
                     name = f"drytune-{strategy}+verify{args.verify_top_k}"
                     info[name] = {"wall_s": wall + verify_s, "verify_s": verify_s,

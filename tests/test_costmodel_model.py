@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -298,8 +299,6 @@ def test_shipped_coefficients_follow_the_cpu_model_then_its_cores_then_the_archi
 def test_a_host_whose_llvm_name_is_a_hypervisors_model_number_gets_the_calibration_of_its_real_cores() -> None:
     """A guest named rocketlake by LLVM but with AMX (which Rocket Lake lacks) has Granite Rapids-class cores and gets
     their calibration; a real Rocket Lake, or a cross target naming it, keeps the architecture's file."""
-    import dataclasses
-
     assert host_core("rocketlake", frozenset({"avx512f", "amx_tile"})) == "graniterapids"
     assert host_core("rocketlake", frozenset({"avx512f"})) == ""
     assert host_core("znver4", frozenset({"avx512f", "amx_tile"})) == ""
