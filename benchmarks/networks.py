@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 import math
@@ -73,6 +74,13 @@ class BenchConfig:
     fast_math: bool = False  # every TVM build (drytune, MetaSchedule, untuned) gets drytune.fastmath's module
     layout: str = "auto"  # every TVM build gets the same graph: drytune.layout's ("auto": NHWC convs on CPU)
     verify_top_k: int = 3  # the verify phase measures each task's k best predictions
+    coefficients: str | None = None  # drytune's cost model with this coefficients file (None: the shipped one)
+
+    def cost_model(self) -> functools.partial | None:
+        """The cost-model spec that tune_network gets (None: the static model with the shipped file)."""
+        from drytune.costmodel.model import StaticCostModel
+
+        return functools.partial(StaticCostModel, coefficients=self.coefficients) if self.coefficients else None
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -172,7 +180,7 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s,
                          work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math,
-                         layout=cfg.layout)
+                         layout=cfg.layout, cost_model=cfg.cost_model())
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned.export(os.path.join(mdir, LIBRARIES["drytune"]))
@@ -202,7 +210,7 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s, work_dir=dst,
                          seed=cfg.seed, progress=False, fast_math=cfg.fast_math, layout=cfg.layout,
-                         verify_top_k=cfg.verify_top_k)
+                         verify_top_k=cfg.verify_top_k, cost_model=cfg.cost_model())
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
     measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
@@ -566,7 +574,8 @@ def config_args(args: argparse.Namespace) -> list[str]:
     return ["--budget", str(args.budget), "--long-budget", str(args.long_budget), "--threads", str(args.threads),
             "--seed", str(args.seed), "--ms-trials-per-iter", str(args.ms_trials_per_iter),
             "--rounds", str(args.rounds), "--verify-top-k", str(args.verify_top_k),
-            "--layout", args.layout, *(["--fast-math"] if args.fast_math else [])]
+            "--layout", args.layout, *(["--fast-math"] if args.fast_math else []),
+            *(["--coefficients", args.coefficients] if args.coefficients else [])]
 
 
 def parse_duration(text: str) -> float:
@@ -626,6 +635,9 @@ def main() -> int:
                     help="tuning work directories and built libraries (not committed)")
     ap.add_argument("--out", default=None, help="results path without extension "
                     "(default benchmarks/results/networks, or networks_tiny with --tiny)")
+    ap.add_argument("--coefficients", default=None, metavar="FILE",
+                    help="drytune's static cost model with this coefficients file (default: the one shipped for "
+                         "this CPU)")
     ap.add_argument("--force", action="store_true", help="redo phases that finished before")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)  # the user's command, for the report
     args = ap.parse_args()
@@ -635,7 +647,7 @@ def main() -> int:
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
                       rounds=args.rounds, fast_math=args.fast_math, layout=args.layout,
-                      verify_top_k=args.verify_top_k)
+                      verify_top_k=args.verify_top_k, coefficients=args.coefficients)
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 
