@@ -298,12 +298,13 @@ def test_shipped_coefficients_follow_the_cpu_model_then_its_cores_then_the_archi
 
 def test_a_host_whose_llvm_name_is_a_hypervisors_model_number_gets_the_calibration_of_its_real_cores() -> None:
     """A guest named rocketlake by LLVM but with AMX (which Rocket Lake lacks) has Granite Rapids-class cores and gets
-    their calibration; a real Rocket Lake, or a cross target naming it, keeps the architecture's file."""
+    the calibration of their class, the Emerald Rapids file; a real Rocket Lake, or a cross target naming it, keeps the
+    architecture's file."""
     assert host_core("rocketlake", frozenset({"avx512f", "amx_tile"})) == "graniterapids"
     assert host_core("rocketlake", frozenset({"avx512f"})) == ""
     assert host_core("znver4", frozenset({"avx512f", "amx_tile"})) == ""
     _, spec = dt.resolve_target("x86-avx512")
     assert spec.core == ""
     guest = dataclasses.replace(spec, core="graniterapids")
-    assert os.path.basename(default_coefficients_path(guest, "rocketlake")) == "x86-graniterapids-calibrated.json"
+    assert os.path.basename(default_coefficients_path(guest, "rocketlake")) == "x86-emeraldrapids-calibrated.json"
     assert os.path.basename(default_coefficients_path(spec, "rocketlake")) == "x86-calibrated.json"
