@@ -92,9 +92,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                          "measurements: benchmarks/cuda_fidelity.py --phase prepare here, "
                          "benchmarks/cuda_device_measure.py on the GPU machine (numpy and CuPy only), then "
                          "cuda_fidelity.py --phase report --fit-out FILE (README: the static cost model, NVIDIA)")
-    from .costmodel.model import coefficients_file_name
+    from .costmodel.model import calibration_cpu, coefficients_file_name
 
-    cpu = tasks[0].spec.core or str(dict(tasks[0].target.attrs).get("mcpu", "")) or None
+    cpu = calibration_cpu(tasks[0].spec, str(dict(tasks[0].target.attrs).get("mcpu", "")))
     name = coefficients_file_name(tasks[0].spec, cpu)
     out = args.out or os.path.join(args.work_dir, name)
     data = os.path.join(args.work_dir, "calibration_measurements.jsonl")

@@ -107,13 +107,19 @@ def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
 _SAME_CORES = {"sapphirerapids": "emeraldrapids", "graniterapids": "emeraldrapids"}
 
 
+def calibration_cpu(spec: HardwareSpec, cpu: str | None) -> str | None:
+    """The CPU model whose calibration applies: the spec's `core` where the host's LLVM name is a hypervisor's model
+    number, else `cpu` (the target's LLVM CPU)."""
+    return spec.core or cpu or None
+
+
 def default_coefficients_path(spec: HardwareSpec, cpu: str | None = None) -> str:
     """The shipped file for the target: calibrated for its CPU model (the spec's `core` where the host's LLVM name is
     a hypervisor's model number; or one with the same cores), else for its architecture, else defaults.
 
     Calibrations are per CPU model because thread count, cache sizes and port counts change the weights.
     """
-    cpu = spec.core or cpu
+    cpu = calibration_cpu(spec, cpu)
     cpus = [c for c in (cpu, _SAME_CORES.get(cpu or "")) if c]
     names = [coefficients_file_name(spec, c) for c in cpus] + [coefficients_file_name(spec),
                                                                f"{spec.arch}-default.json"]
