@@ -234,7 +234,12 @@ def _spec_from_target(target: Target) -> HardwareSpec:
         return _host_spec()[1]
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
-    return dataclasses.replace(base, cores=cores, **_cpu_traits(str(attrs.get("mcpu", ""))))
+    cpu = str(attrs.get("mcpu", ""))
+    # the host's own target, given as a dict (a Task's target, a records file's): its cores are the host's, also
+    # where LLVM's name for them is a hypervisor's model number
+    host_cpu, host = _host_spec()[0]["mcpu"], _host_spec()[1]
+    core = host.core if not triple and cpu == host_cpu else ""
+    return dataclasses.replace(base, cores=cores, core=core, **_cpu_traits(cpu))
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:

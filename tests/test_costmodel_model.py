@@ -308,3 +308,25 @@ def test_a_host_whose_llvm_name_is_a_hypervisors_model_number_gets_the_calibrati
     guest = dataclasses.replace(spec, core="graniterapids")
     assert os.path.basename(default_coefficients_path(guest, "rocketlake")) == "x86-emeraldrapids-calibrated.json"
     assert os.path.basename(default_coefficients_path(spec, "rocketlake")) == "x86-calibrated.json"
+
+
+def test_the_hosts_own_target_given_as_a_dict_keeps_the_calibration_of_its_real_cores(monkeypatch) -> None:
+    """A task carries its target as a TVM `Target`, and the cost model resolves that again: on a guest whose LLVM name
+    is a hypervisor's model number, the host's own target must still get its real cores' calibration (session 53's
+    runs on such a guest scored with the architecture's file because this was lost); another CPU named in a target
+    keeps its own."""
+    import drytune.target as target_mod
+
+    host_tdict = {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2}
+    host_spec = dataclasses.replace(dt.resolve_target("x86-avx512")[1], name="host-rocketlake", core="graniterapids")
+    monkeypatch.setattr(target_mod, "_host_spec", lambda: (host_tdict, host_spec))
+    task = workloads.get("gemm").task(host_tdict)
+    assert task.spec.core == "graniterapids"
+    model = StaticCostModel(task.target)
+    assert model.spec.core == "graniterapids"
+    emr = Coefficients.load(os.path.join(COEFF_DIR, "x86-emeraldrapids-calibrated.json"))
+    assert np.array_equal(model.coefficients.vector(), emr.vector())
+    assert model.kernel.load_ports == emr.kernel_settings["load_ports"]
+    other = StaticCostModel({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    assert other.spec.core == ""
+    assert os.path.basename(default_coefficients_path(other.spec, "znver4")) == "x86-znver4-calibrated.json"
