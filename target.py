@@ -237,8 +237,8 @@ def _spec_from_target(target: Target) -> HardwareSpec:
     cpu = str(attrs.get("mcpu", ""))
     # the host's own target, given as a dict (a Task's target, a records file's): its cores are the host's, also
     # where LLVM's name for them is a hypervisor's model number
-    host_cpu, host = _host_spec()[0]["mcpu"], _host_spec()[1]
-    core = host.core if not triple and cpu == host_cpu else ""
+    host_tdict, host = _host_spec()
+    core = host.core if not triple and cpu == host_tdict["mcpu"] else ""
     return dataclasses.replace(base, cores=cores, core=core, **_cpu_traits(cpu))
 
 
