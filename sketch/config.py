@@ -76,6 +76,13 @@ class SpaceConfig:
     # padded by 16 floats; benchmarks/gemm_set_conflicts.py). Empty: no such variants. Not offered for other shapes: the
     # extra sketches only thinned 60-s searches of gemm_bert, dense and batch_matmul (docs/measurements-one-operator.md)
     pack_row_widths: tuple[int, ...] = (4, 8, 16)
+    # CPU: and, where those rows can be packed, sketches that first pad the rows (`pad_einsum`) to a multiple of these
+    # widths, so that register tiles of 6 or 12 rows fit a power-of-two extent, with at most this fraction of extra
+    # rows computed (GEMM 1024^3 padded to 1032 rows on the Granite Rapids-class guest: 12 x 32 and 6 x 64 tiles ran
+    # 74-75% of the FMA peak against 69% for the space's best power-of-two tiles; docs/measurements-one-operator.md,
+    # session 55). Empty: no such sketches
+    pack_row_pad_widths: tuple[int, ...] = (6, 12)
+    pack_row_pad_waste: float = 0.02
     # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
     # that make the others slow (docs/measurements-one-operator.md, "Why the GEMM pick runs at half the peak")
     cpu_pack_critical_rows: bool = True

@@ -14,7 +14,7 @@ from .config import SpaceConfig
 from .finish import FinishCPU, FinishGPU, nest_heads
 from .rules import RuleContext, SketchRule, SketchState, Verdict, default_rules
 from .sketch import Sketch
-from .steps import PackOperand
+from .steps import PackOperand, pack_steps
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,10 @@ def generate_sketches(
     worklist = tuple(reversed(block_names(sch)))
     pending = [SketchState(sch=sch, worklist=worklist, outputs=frozenset(output_buffers(sch)))]
     finished: list[SketchState] = []
-    while pending and len(finished) < config.max_sketches:
+    deferred: list[SketchState] = []
+    while (pending or deferred) and len(finished) < config.max_sketches:
+        if not pending:
+            pending, deferred = deferred, []
         state = pending.pop(0)
         if state.index >= len(state.worklist):
             finished.append(state)
@@ -51,6 +54,8 @@ def generate_sketches(
         # depth first: finish one derivation before widening; variants (packed operands, ...) after all plain
         # derivations, and a variant of a variant after those, so that adding a variant rule does not rename
         # the sketches recorded before it
+        deferred += [d for d in derived if d.deferred and not state.deferred]
+        derived = [d for d in derived if not d.deferred or state.deferred]
         later = [d.variant and (not state.variant or d.index == state.index) for d in derived]
         pending = ([d for d, x in zip(derived, later, strict=True) if not x] + pending
                    + [d for d, x in zip(derived, later, strict=True) if x])
@@ -87,12 +92,12 @@ def searched_sketches(task: Task, sketches: list[Sketch], config: SpaceConfig | 
     config = config or SpaceConfig()
     if task.is_gpu or not (config.cpu_pack_critical_rows or config.cpu_pack_weights):
         return sketches
-    steps = {s for sketch in sketches for s in sketch.steps if isinstance(s, PackOperand)}
+    steps = {s for sketch in sketches for s in pack_steps(sketch.steps)}
     must = {(s.block, s.read_index) for s in steps
             if (s.rows and config.cpu_pack_critical_rows) or (config.cpu_pack_weights and _packs_weight(task, s))}
 
     def packs(sketch: Sketch) -> set[tuple[str, int]]:
-        return {(s.block, s.read_index) for s in sketch.steps if isinstance(s, PackOperand)}
+        return {(s.block, s.read_index) for s in pack_steps(sketch.steps)}
 
     kept = [s for s in sketches if must <= packs(s)]
     if not must or not kept:

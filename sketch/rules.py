@@ -7,7 +7,9 @@ not apply), APPLY (add the derived states, keep trying the next rules) or APPLY_
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
+import math
 from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
@@ -16,7 +18,17 @@ from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
 from .config import SpaceConfig
 from .sketch import ProbeDecider, Step
-from .steps import ComputeLocation, CrossThreadReduction, Inline, MultiLevelTile, PackOperand, RFactor, attach_loops
+from .steps import (
+    ComputeLocation,
+    CrossThreadReduction,
+    Inline,
+    MultiLevelTile,
+    PackOperand,
+    PadRows,
+    RFactor,
+    attach_loops,
+    pack_steps,
+)
 
 
 class Verdict(enum.Enum):
@@ -50,6 +62,7 @@ class SketchState:
     probe: ProbeDecider = field(default_factory=ProbeDecider)
     outputs: frozenset[str] = frozenset()
     variant: bool = False  # derived by a step that revisits its block: finished after the plain derivations
+    deferred: bool = False  # finished after every other derivation, its own descendants included
 
     @property
     def block(self) -> str:
@@ -59,10 +72,11 @@ class SketchState:
         return analyze_block(self.sch, name, set(self.outputs))
 
     def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = (), stay: bool = False,
-             variant: bool = False) -> SketchState:
+             variant: bool = False, deferred: bool = False) -> SketchState:
         """A new state with `step` applied to a copy of the program and the visit moved on (`stay`: the rules
         visit the same block again, for a step that prepares it rather than schedules it; `variant`: finished
-        after the plain derivations, so that the sketches named before it keep their names)."""
+        after the plain derivations, so that the sketches named before it keep their names; `deferred`: after
+        all other derivations and their variants)."""
         sch = self.sch.copy()
         probe = self.probe.copy()
         if step is not None:
@@ -78,6 +92,7 @@ class SketchState:
             probe=probe,
             outputs=self.outputs,
             variant=self.variant or stay or variant,
+            deferred=self.deferred or deferred,
         )
 
 
@@ -238,7 +253,7 @@ def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> lis
 
 def packable_read(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PackOperand | None:
     """The next packing the block can take: the first of `packable_reads` that no step of the state did yet."""
-    done = {s.read_index for s in state.steps if isinstance(s, PackOperand) and s.block == info.name}
+    done = {s.read_index for s in pack_steps(state.steps) if s.block == info.name}
     return next((p for p in packable_reads(state, info, ctx) if p.read_index not in done), None)
 
 
@@ -256,6 +271,37 @@ class AddOperandPacking(SketchRule):
 
     def apply(self, state, info, ctx):
         return [state.then(packable_read(state, info, ctx), self.name, stay=True)]
+
+
+def padded_rows(state: SketchState, info: BlockInfo, ctx: RuleContext) -> PadRows | None:
+    """The row padding of a block whose unpadded sketches pack both inputs (B in vector panels, A in row panels),
+    when its row extent is not a multiple of the padded widths and padding it adds little work; else None."""
+    cfg = ctx.config
+    if ctx.gpu or not (cfg.cpu_pack_operands and cfg.pack_row_pad_widths) or pack_steps(state.steps):
+        return None
+    packs = packable_reads(state, info, ctx)
+    if [p.rows for p in packs] != [False, True]:
+        return None
+    row_name, extent = info.spatial[-2]
+    multiple = math.lcm(*cfg.pack_row_pad_widths)
+    padded = -(-extent // multiple) * multiple
+    if padded == extent or padded - extent > cfg.pack_row_pad_waste * extent:
+        return None
+    rows = dataclasses.replace(packs[1], options=tuple(w for w in cfg.pack_row_pad_widths if w < padded))
+    return PadRows(info.name, row_name, multiple, (packs[0], rows))
+
+
+class AddRowPadding(SketchRule):
+    """CPU: a matmul-like block whose inputs both get packed also gets sketches with its rows padded first, for
+    register tiles of 6 or 12 rows (derived last, so that the other sketches keep their names)."""
+
+    name = "pad-rows"
+
+    def condition(self, state, info, ctx):
+        return Verdict.APPLY if info.has_data_reuse() and padded_rows(state, info, ctx) else Verdict.PASS
+
+    def apply(self, state, info, ctx):
+        return [state.then(padded_rows(state, info, ctx), self.name, stay=True, deferred=True)]
 
 
 def _tile(info: BlockInfo, ctx: RuleContext, **kw) -> MultiLevelTile:
@@ -379,6 +425,7 @@ def default_rules() -> list[SketchRule]:
         AddCrossThreadReduction(),
         AddRFactor(),
         AddOperandPacking(),
+        AddRowPadding(),
         MultiLevelTilingWithFusion(),
         AddCacheWrite(),
         MultiLevelTiling(),

@@ -335,3 +335,46 @@ class ComputeLocation(Step):
             sch.compute_at(block, candidates[where], preserve_unit_loops=True)
             if self.gpu:  # the attach loop ends up inside the consumer's threads: a per-thread buffer
                 sch.set_scope(block, 0, "local")
+
+
+@dataclass(frozen=True)
+class PadRows(Step):
+    """CPU: pad a matmul-like block's row iterator up to a multiple (`pad_einsum`), then pack its inputs.
+
+    A power-of-two extent admits only power-of-two register tiles; padded (1024 -> 1032 rows), tiles of 6 or 12
+    rows fit, whose broadcasts and loads leave the FMA ports busier. The padding copy of the row input is inlined
+    into its packing (zeros beyond the extent), the padded output is copied back by a consumer block that the
+    tiling fuses. Padding has to come first: `pad_einsum` wants plain indices, which packing replaces.
+    """
+
+    block: str
+    row_iter: str
+    multiple: int
+    packs: tuple[PackOperand, ...]
+
+    def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        block = sch.get_sblock(self.block)
+        before = {sch.get(b).name_hint for b in sch.get_producers(block)}
+        padding = [self.multiple if iv.var.name == self.row_iter else 1 for iv in sch.get(block).iter_vars]
+        sch.pad_einsum(block, padding)
+        pads = [name for b in sch.get_producers(sch.get_sblock(self.block))
+                if (name := sch.get(b).name_hint) not in before]
+        for pack in self.packs:
+            pack.apply(sch, decider)
+        for name in pads:  # now read by the packing copy only
+            sch.compute_inline(sch.get_sblock(name))
+
+    def describe(self) -> str:
+        return (f"PadRows({self.block}, {self.row_iter} to a multiple of {self.multiple}, then "
+                + ", ".join(p.describe() for p in self.packs) + ")")
+
+
+def pack_steps(steps: tuple[Step, ...]) -> list[PackOperand]:
+    """The packings among `steps`, those done inside a `PadRows` included."""
+    found: list[PackOperand] = []
+    for s in steps:
+        if isinstance(s, PackOperand):
+            found.append(s)
+        elif isinstance(s, PadRows):
+            found += s.packs
+    return found

@@ -21,7 +21,7 @@ from drytune.annotate.sample import sample_decisions
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.sketch.rules import SketchRule, Skip, Verdict
 from drytune.sketch.sketch import ReplayDecider
-from drytune.sketch.steps import Inline, PackOperand
+from drytune.sketch.steps import Inline, PackOperand, PadRows
 from drytune.sketch.unchecked import UncheckedSchedule
 from drytune.verify import check_candidate, random_inputs, run_module
 
@@ -509,6 +509,38 @@ def test_a_whose_rows_share_an_l1_set_is_packed_into_row_panels_and_only_those_s
             cand = dt.Candidate(task, sketch, sample_decisions(sketch, rng) | {hole.key: choice})
             assert _packed_buffers(cand.to_mod())["A_global"] == (16 // rows, 1024, rows)
             assert check_candidate(task, cand, reference=reference).ok
+
+
+def test_row_panels_of_a_power_of_two_extent_also_come_padded_for_six_and_twelve_row_tiles() -> None:
+    """512 rows (A's rows sharing an L1 set): besides the packed sketches, sketches that first pad the rows to 516
+    (a multiple of 6 and 12; 0.8% more work) and pack A in panels of 6 or 12 rows, derived after every other
+    sketch, whose names and steps do not change; the search draws from them too, and their candidates compute
+    the right thing for both panel heights, writing only the 512 real rows."""
+    task = _gemm_task(512, 64, 1024)
+    space = dt.SearchSpace(task)
+    padded = [s for s in space.derived if any(isinstance(step, PadRows) for step in s.steps)]
+    assert padded and space.derived[-len(padded):] == padded and set(padded) <= set(space.sketches)
+    before = dt.SearchSpace(task, config=dt.SpaceConfig(pack_row_pad_widths=()))
+    assert [(s.name, s.steps) for s in before.derived] == [(s.name, s.steps) for s in space.derived[:-len(padded)]]
+    reference = run_module(task.mod, task, random_inputs(task))
+    rng = np.random.default_rng(5)
+    for sketch in padded:
+        assert sketch.hole("C/S0").extent == 516
+        hole = sketch.hole("C/pack0")
+        assert hole.options == (6, 12)
+        for choice, rows in enumerate(hole.options):
+            cand = dt.Candidate(task, sketch, sample_decisions(sketch, rng) | {hole.key: choice})
+            assert _packed_buffers(cand.to_mod())["A_pad_global"] == (516 // rows, 1024, rows)
+            assert check_candidate(task, cand, reference=reference).ok
+            assert candidate_from_trace(task, space.derived, cand.to_schedule().trace) == cand  # records replay
+
+
+@pytest.mark.parametrize("m", [16, 504])
+def test_rows_are_not_padded_when_that_adds_much_work_or_they_already_fit(m: int) -> None:
+    """16 rows would become 24 (50% more work); 504 rows are a multiple of 12 already."""
+    space = dt.SearchSpace(_gemm_task(m, 64, 1024))
+    assert any(rows for s in space.derived for _, rows in _packs(s))
+    assert not any(isinstance(step, PadRows) for s in space.derived for step in s.steps)
 
 
 @pytest.mark.parametrize(("k", "ways"), [(1008, 12), (1024, 0), (768, 12)])
