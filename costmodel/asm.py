@@ -1575,8 +1575,9 @@ class LoopMatch:
     ir_index: int | None
     asm_trip: int | None
     trip: int
-    source: str  # "asm": trip from the assembly; "ir": from the matched IR extent; "default": fallback
-    how: str  # "exact", "unrolled", "peeled", "nesting", "none"
+    source: str  # "asm": trip from the assembly; "ir": from the matched IR extent; "default": fallback;
+    # "duplicate": another top-level loop of a parallel body, counted once
+    how: str  # "exact", "unrolled", "peeled", "nesting", "none", "duplicate"
 
 
 @dataclass
@@ -1679,8 +1680,19 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
     used: set[int] = set()
     fallbacks = 0
     defaults: list[str] = []
+    lambda_loop: dict[str, int | None] = {}  # parallel body -> the parallel IR loop of its first top-level loop
     for f, li, parent in order:
         lp = f.loops[li]
+        top_of_lambda = parent is None and PARALLEL_BODY in f.name and lp.parent is None
+        if top_of_lambda and lp.trip is None and lambda_loop.get(f.name) is not None:
+            # a parallel body runs one parallel IR loop: another top-level loop of unknown bounds is the remainder of
+            # LLVM's runtime unrolling of the chunk loop (or another version of it), run a few times per chunk. Not
+            # the next parallel loop, which belongs to the next body.
+            best = lambda_loop[f.name]
+            matched[(f.name, li)] = best
+            matches.append(LoopMatch(f.name, li, best, None, 1, "duplicate", "duplicate"))
+            fallbacks += 1
+            continue
         q = matched.get(parent) if parent is not None else None
         if parent is not None and q is None:
             # parent unmatched: look for the nearest matched ancestor
@@ -1694,10 +1706,12 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
             cands = [i for i in kept if q < i < ir_end[q]]
         else:
             cands = list(kept)
-        if parent is None and PARALLEL_BODY in f.name and lp.parent is None:
+        if top_of_lambda:
             par = [i for i in cands if ir[i].kind == "parallel"]
             cands = par or cands
         best, how = _pick(lp.trip, cands, ir, pos_of, pointer, q, ir_parent, cfg)
+        if top_of_lambda and f.name not in lambda_loop:
+            lambda_loop[f.name] = best if best is not None and ir[best].kind == "parallel" else None
         if best is None:
             trip = lp.trip if lp.trip is not None else cfg.default_trip
             source = "asm" if lp.trip is not None else "default"

@@ -137,6 +137,57 @@ def test_algorithm1_matches_by_bounds_and_nesting():
     assert asm.count_instructions(unknown, no_ir).get(asm.VEC_FMA) == 8
 
 
+# Two parallel bodies launched in turn. LLVM unrolled the first one's chunk loop at run time: a main loop and a
+# remainder loop, both with bounds from the chunk (not constants). The second body's chunk loop holds one FMA.
+TWO_PARALLEL_BODIES_X86 = """
+    .text
+    .globl  main_compute_
+    .type   main_compute_,@function
+    .type   .L__tvm_parallel_lambda,@function
+    .type   .L__tvm_parallel_lambda.1,@function
+main_compute_:
+    leaq    .L__tvm_parallel_lambda(%rip), %rdi
+    callq   *(%rbp)
+    leaq    .L__tvm_parallel_lambda.1(%rip), %rdi
+    callq   *(%rbp)
+    retq
+.L__tvm_parallel_lambda:
+    movl    (%rsi), %eax
+.LBB1_1:
+    vmovups (%rdx,%rax), %zmm0
+    vmovups %zmm0, (%rcx,%rax)
+    addq    $4, %rax
+    cmpq    %r8, %rax
+    jne     .LBB1_1
+.LBB1_2:
+    vmovups (%rdx,%rax), %zmm0
+    incq    %rax
+    cmpq    %r9, %rax
+    jne     .LBB1_2
+    retq
+.L__tvm_parallel_lambda.1:
+    movl    (%rsi), %eax
+.LBB2_1:
+    vfmadd231ps (%rdx,%rax){1to16}, %zmm1, %zmm0
+    incq    %rax
+    cmpq    %r8, %rax
+    jne     .LBB2_1
+    retq
+"""
+
+
+def test_a_parallel_body_with_two_top_level_loops_keeps_to_its_own_parallel_loop():
+    """The remainder loop of the first body is matched to that body's parallel loop and counted once; it does not
+    take the second body's parallel loop, which would shift every later body onto the wrong IR loop."""
+    prog = asm.parse_asm(TWO_PARALLEL_BODIES_X86, "x86")
+    ir = [IRLoop(100, "parallel", 0), IRLoop(16, "vectorized", 1), IRLoop(10, "parallel", 0)]
+    m = asm.map_loops(prog, ir)
+    assert [(x.function, x.ir_index, x.trip, x.how) for x in m.matches] == [
+        (".L__tvm_parallel_lambda", 0, 100, "nesting"), (".L__tvm_parallel_lambda", 0, 1, "duplicate"),
+        (".L__tvm_parallel_lambda.1", 2, 10, "nesting")]
+    assert asm.count_instructions(prog, m).get(asm.VEC_FMA) == 10
+
+
 def test_top_tested_loop_and_guarded_first_iteration():
     prog = asm.parse_asm(TOP_TESTED_A64, "aarch64")
     (lp,) = prog.functions[0].loops
