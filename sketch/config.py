@@ -78,9 +78,9 @@ class SpaceConfig:
     pack_row_widths: tuple[int, ...] = (4, 8, 16)
     # CPU: and, where those rows can be packed, sketches that first pad the rows (`pad_einsum`) to a multiple of these
     # widths, so that register tiles of 6 or 12 rows fit a power-of-two extent, with at most this fraction of extra
-    # rows computed (GEMM 1024^3 padded to 1032 rows on the Granite Rapids-class guest: 12 x 32 and 6 x 64 tiles ran
-    # 74-75% of the FMA peak against 69% for the space's best power-of-two tiles; docs/measurements-one-operator.md,
-    # session 55). Empty: no such sketches
+    # rows computed (GEMM 1024^3 padded to 1032 rows on the Granite Rapids-class guest: a hand-written 12 x 32 kernel
+    # ran 74.7% of the FMA peak against 68.6% for the space's best power-of-two tile, the padded sketches' best 0.93x
+    # that tile's time; docs/measurements-one-operator.md, session 55). Empty: no such sketches
     pack_row_pad_widths: tuple[int, ...] = (6, 12)
     pack_row_pad_waste: float = 0.02
     # CPU: and only the sketches that pack those rows are searched: the static model cannot price the set conflicts
