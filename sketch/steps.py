@@ -343,8 +343,9 @@ class PadRows(Step):
 
     A power-of-two extent admits only power-of-two register tiles; padded (1024 -> 1032 rows), tiles of 6 or 12
     rows fit, whose broadcasts and loads leave the FMA ports busier. The padding copy of the row input is inlined
-    into its packing (zeros beyond the extent), the padded output is copied back by a consumer block that the
-    tiling fuses. Padding has to come first: `pad_einsum` wants plain indices, which packing replaces.
+    into its packing (zeros beyond the extent); the padded output is copied back by a consumer block of its own
+    nest (not fused: its extent differs from the block's). Padding has to come first: `pad_einsum` wants plain
+    indices, which packing replaces.
     """
 
     block: str
