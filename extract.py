@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
+from .constfold import fold_constants_numpy
 from .errors import DrytuneError
 from .fastmath import fast_math_passes
 from .layout import layout_passes, resolve_layout
@@ -44,8 +45,10 @@ def fuse(mod: tvm.IRModule, target: str | dict | Target, *, fast_math: bool = Fa
         # a batch norm right after a convolution becomes scaled weights and a bias (constants folded here), so the
         # kernel's epilogue is one add instead of subtract, divide, multiply and add per output element
         relax.transform.FoldBatchnormToConv2D(),
+        fold_constants_numpy(),  # FoldConstant compiles a kernel per constant call: ~20 s on MobileNet-V2
         relax.transform.FoldConstant(),
         *layout_passes(resolve_layout(layout, tvm_target)),
+        fold_constants_numpy(),  # the weights' transposes
         relax.transform.DecomposeOpsForInference(),  # other batch norms -> elementwise ops that fuse into the conv
         # DecomposeOpsForInference leaves batch_norm's result as item 0 of a tuple literal; without folding that
         # away FuseOps stops at the tuple and a following relu becomes a separate kernel.
