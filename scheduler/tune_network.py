@@ -88,52 +88,57 @@ def tune_network(
     and are ignored.
     """
     config = config or NetworkTuneConfig()
-    network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
-                                                          input_shapes=input_shapes, fast_math=fast_math,
-                                                          layout=layout)
     budgets = BudgetConfig.coerce(task_budgets)
     total = Budget.parse(budget) if budget is not None else budgets.budget or Budget.parse(DEFAULT_BUDGET)
-    names = [nt.name for nt in tasks]
-    limits = budgets.resolve(names)
-    if total.trials is not None:
-        floor = sum(lim.min_trials or 0 for lim in limits)
-        if floor > total.trials:
-            raise BudgetError(f"the tasks' min_trials add up to {floor}, more than the global budget of "
-                              f"{total.trials} trials")
-    if total.seconds is not None:
-        floor_s = sum(lim.min_seconds or 0 for lim in limits)
-        if floor_s > total.seconds:
-            raise BudgetError(f"the tasks' min_seconds add up to {floor_s:g} s, more than the global budget of "
-                              f"{total.seconds:g} s")
-
-    os.makedirs(work_dir, exist_ok=True)
-    heal_records(work_dir)
-    store = RecordStore(work_dir)
-    rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total), fast_math,
-                            resolve_layout(layout, tvm_target))
-
     own_scorer = scorer is None
     if scorer is None:
         scorer = DeferredScorer(lambda: make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address))
-    bar = RoundProgress(total, enabled=progress, desc=f"tune {network.name}")
-    tuner = NetworkTuner(tasks, limits, scorer, budget=total, store=store, work_dir=work_dir, strategy=strategy,
-                         task_scheduler=task_scheduler, latency_target=latency_target, config=config,
-                         gradient=gradient, seed=seed, on_round=bar.update)
-    tuner.restore(rounds)
-    if isinstance(scorer, DeferredScorer) and tuner.budget_left():
-        scorer.start()  # now, so that a bad cluster address fails before the first round, not in it
-    if rounds:
-        log.info("resuming %s: %.0f s and %d trials already spent", work_dir, tuner.elapsed_before, tuner.trials)
+        if not _spent(total, read_rounds(work_dir) if os.path.isdir(work_dir) else []):
+            scorer.start_in_background()  # Ray starts while the model is imported
     try:
+        network, tvm_target, fused, tasks, skipped = prepare(model, example_inputs, target, name=name,
+                                                              input_shapes=input_shapes, fast_math=fast_math,
+                                                              layout=layout)
+        names = [nt.name for nt in tasks]
+        limits = budgets.resolve(names)
+        if total.trials is not None:
+            floor = sum(lim.min_trials or 0 for lim in limits)
+            if floor > total.trials:
+                raise BudgetError(f"the tasks' min_trials add up to {floor}, more than the global budget of "
+                                  f"{total.trials} trials")
+        if total.seconds is not None:
+            floor_s = sum(lim.min_seconds or 0 for lim in limits)
+            if floor_s > total.seconds:
+                raise BudgetError(f"the tasks' min_seconds add up to {floor_s:g} s, more than the global budget of "
+                                  f"{total.seconds:g} s")
+
+        os.makedirs(work_dir, exist_ok=True)
+        heal_records(work_dir)
+        store = RecordStore(work_dir)
+        rounds = _open_work_dir(work_dir, network, tvm_target, tasks, skipped, str(total), fast_math,
+                                resolve_layout(layout, tvm_target))
+
+        bar = RoundProgress(total, enabled=progress, desc=f"tune {network.name}")
+        tuner = NetworkTuner(tasks, limits, scorer, budget=total, store=store, work_dir=work_dir, strategy=strategy,
+                             task_scheduler=task_scheduler, latency_target=latency_target, config=config,
+                             gradient=gradient, seed=seed, on_round=bar.update)
+        tuner.restore(rounds)
+        if isinstance(scorer, DeferredScorer) and tuner.budget_left():
+            scorer.start()  # now, so that a bad cluster address fails before the first round, not in it
+        if rounds:
+            log.info("resuming %s: %.0f s and %d trials already spent", work_dir, tuner.elapsed_before, tuner.trials)
         with bar:
             tuner.run()
     finally:
         if own_scorer:
-            scorer.close()
+            scorer.close()  # also a Ray started in the background for a run that failed first
 
     phase_seconds = dict(tuner.phase_seconds)
     preferred = None
     if verify_top_k > 0:
+        for i, lim in enumerate(tuner.limits):  # a resumed run reads each task's records back first, untimed
+            if not lim.skip:
+                tuner.tuner(i)
         t0 = time.perf_counter()
         preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share)
         phase_seconds["verify"] = time.perf_counter() - t0
@@ -147,6 +152,15 @@ def tune_network(
                           rtol=config.check_rtol, atol=config.check_atol, preferred=preferred)
     return TunedNetwork(network=network, target=tvm_target, tasks=tasks, skipped=skipped, states=tuner.states,
                         built=built, work_dir=work_dir, phase_seconds=phase_seconds)
+
+
+def _spent(total: Budget, rounds: Sequence) -> bool:
+    """Whether an earlier run's round log already used up the global budget (a resumed run that only builds)."""
+    if not rounds:
+        return False
+    if total.seconds is not None and rounds[-1].elapsed >= total.seconds:
+        return True
+    return total.trials is not None and sum(r.trials for r in rounds) >= total.trials
 
 
 def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0) -> dict[str, Record]:

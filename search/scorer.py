@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -173,13 +174,33 @@ class LocalScorer(Scorer):
 
 class DeferredScorer(Scorer):
     """A scorer made by `make` on first use (or `start()`): a run whose budget is already spent, resumed to build,
-    verify or export, starts no Ray."""
+    verify or export, starts no Ray. `start_in_background()` makes it in a thread meanwhile (Ray's start takes
+    seconds that importing the model can hide)."""
 
     def __init__(self, make: Callable[[], Scorer]):
         self._make = make
         self._inner: Scorer | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start_in_background(self) -> None:
+        if self._inner is None and self._thread is None:
+            self._thread = threading.Thread(target=self._make_in_thread, name="drytune-scorer-start", daemon=True)
+            self._thread.start()
+
+    def _make_in_thread(self) -> None:
+        try:
+            self._inner = self._make()
+        except BaseException as err:  # raised again by start(), in the caller's thread
+            self._error = err
 
     def start(self) -> Scorer:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
         if self._inner is None:
             self._inner = self._make()
         return self._inner
@@ -191,6 +212,9 @@ class DeferredScorer(Scorer):
         return self.start().prescore_is_cheap(task)
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         if self._inner is not None:
             self._inner.close()
 

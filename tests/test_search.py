@@ -344,3 +344,20 @@ def test_last_round_of_a_time_budget_shrinks_to_the_time_left() -> None:
     assert fit_round(32, 100.0, 0.5) == 32
     assert fit_round(32, 4.0, 0.5) == 8
     assert fit_round(32, 0.1, 0.5) == 1  # some time left: one more candidate
+
+
+def test_a_scorer_made_in_the_background_is_handed_over_and_its_failure_raised_in_the_caller():
+    from drytune.search.scorer import DeferredScorer
+
+    made = DeferredScorer(lambda: LocalScorer(None))
+    made.start_in_background()
+    assert isinstance(made.start(), LocalScorer)
+
+    def fail():
+        raise ConnectionError("no cluster at 10.0.0.1:6379")
+
+    failing = DeferredScorer(fail)
+    failing.start_in_background()
+    with pytest.raises(ConnectionError, match="no cluster"):
+        failing.start()
+    failing.close()
