@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -16,6 +17,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -47,6 +49,7 @@ class MeasureConfig:
     rtol: float = 1e-3
     atol: float = 1e-3
     seed: int = 0  # seed of the random inputs
+    build_workers: int = 1  # > 1: compile every module first, in that many processes at once, then time them
 
 
 DEFAULTS = MeasureConfig()
@@ -131,17 +134,20 @@ class _Runner:
         self.refs: dict[str, tuple[list[np.ndarray], list[int]]] = {}
         self.built: collections.OrderedDict[str, tuple[Any, str]] = collections.OrderedDict()
 
-    def _build(self, mod: tvm.IRModule, target: tvm.target.Target) -> tuple[Any, str]:
+    def _build(self, mod: tvm.IRModule, target: tvm.target.Target, lib: str | None = None) -> tuple[Any, str]:
+        """Compile `mod`, or load `lib`, the library a build process already compiled it into."""
+        if lib is not None:
+            return tvm.runtime.load_module(lib), _entry_name(mod)
         return tvm.compile(mod, target=target).jit(), _entry_name(mod)
 
     def _build_kept(self, mod_json: str, mod: tvm.IRModule, target: tvm.target.Target,
-                    keep: int = 0) -> tuple[Any, str, bool]:
+                    keep: int = 0, lib: str | None = None) -> tuple[Any, str, bool]:
         """The built module and its entry name, and whether it was built now (False: kept from an earlier job);
         `keep` raises the number of modules kept (interleaved rounds over many modules)."""
         key = hashlib.sha1(f"{target}:{mod_json}".encode()).hexdigest()
         fresh = key not in self.built
         if fresh:
-            self.built[key] = self._build(mod, target)
+            self.built[key] = self._build(mod, target, lib)
             while len(self.built) > max(self.built_kept, keep):
                 self.built.popitem(last=False)
         self.built.move_to_end(key)
@@ -152,12 +158,13 @@ class _Runner:
         rt_mod[name](*args)
         return args
 
-    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int) -> tuple[list[np.ndarray], list[int]]:
+    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int,
+                   lib: str | None = None) -> tuple[list[np.ndarray], list[int]]:
         """The reference's parameter arrays after one run on the seeded inputs, and its output indices."""
         key = hashlib.sha1(f"{seed}:{ref_json}".encode()).hexdigest()
         if key not in self.refs:
             ref = tvm.ir.load_json(ref_json)
-            rt_mod, name = self._build(ref, target)
+            rt_mod, name = self._build(ref, target, lib)
             inputs = random_arrays(_signature(ref[name]), seed)
             self.refs.clear()  # keep one reference: they can be large
             arrays = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
@@ -176,11 +183,12 @@ class _Runner:
         try:
             t0 = time.perf_counter()
             if job["ref"] is not None or as_run is None:
-                rt_mod, name, fresh = self._build_kept(job["mod"], mod, target, keep)
+                rt_mod, name, fresh = self._build_kept(job["mod"], mod, target, keep, job.get("lib"))
                 build_s += time.perf_counter() - t0 if fresh else 0.0
             if as_run is not None:
                 t0 = time.perf_counter()
-                timed_mod, timed_name, fresh = self._build_kept("as-run:" + job["mod"], as_run, target, keep)
+                timed_mod, timed_name, fresh = self._build_kept("as-run:" + job["mod"], as_run, target, keep,
+                                                                job.get("as_run_lib"))
                 build_s += time.perf_counter() - t0 if fresh else 0.0
             else:
                 timed_mod, timed_name = rt_mod, name
@@ -192,7 +200,7 @@ class _Runner:
             if job["ref"] is not None:
                 func = mod[name]
                 signature = _signature(func)
-                expected, ref_outputs = self._reference(job["ref"], target, job["seed"])
+                expected, ref_outputs = self._reference(job["ref"], target, job["seed"], job.get("ref_lib"))
                 if [(a.shape, str(a.dtype)) for a in expected] != signature:
                     return {**out, "error": "signature differs from the reference module"}
                 got = self._run_once(rt_mod, name, inputs if as_run is None else random_arrays(signature, job["seed"]))
@@ -352,6 +360,73 @@ def _default_worker() -> MeasureWorker:
     return _shared_worker
 
 
+def _compile_library(mod_json: str, target_json: str, path: str) -> dict[str, Any]:
+    """Build-process side: compile a module (and, where it packs weights, the kernel as the network runs it) into
+    shared libraries; their paths and the seconds it took, or {} when it fails (the worker then builds it and
+    reports the failure as usual)."""
+    t0 = time.perf_counter()
+    try:
+        target = tvm.target.Target(json.loads(target_json))
+        mod = tvm.ir.load_json(mod_json)
+        tvm.compile(mod, target=target).export_library(path)
+        out: dict[str, Any] = {"lib": path}
+        if has_weight_packing(mod):
+            tvm.compile(kernel_as_run(mod), target=target).export_library(path + ".as_run.so")
+            out["as_run_lib"] = path + ".as_run.so"
+    except Exception:
+        return {}
+    return {**out, "build_s": time.perf_counter() - t0}
+
+
+class BuildPool:
+    """Processes that compile modules into shared libraries side by side, so that `measure_modules` with
+    `build_workers` > 1 spends its time compiling on every core and only the timing on one worker."""
+
+    def __init__(self, workers: int, timeout_s: float = DEFAULTS.timeout_s):
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def compile(self, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        """One result of `_compile_library` per (module JSON, target JSON, library path); {} where a build failed,
+        crashed its process or timed out (the pool is then replaced)."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, multiprocessing.get_context("spawn"))
+        futures = [self._pool.submit(_compile_library, *job) for job in jobs]
+        results: list[dict[str, Any]] = []
+        broken = False
+        for future in futures:
+            try:
+                results.append({} if broken else future.result(timeout=self.timeout_s))
+            except Exception:  # a crashed (BrokenProcessPool) or hung build process
+                results.append({})
+                broken = True
+        if broken:
+            self.close()
+        return results
+
+    def close(self) -> None:
+        """Stop the build processes, killing any that still run."""
+        if self._pool is None:
+            return
+        processes = list(getattr(self._pool, "_processes", {}).values())  # shutdown() does not stop a hung build
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        self._pool = None
+
+
+_build_pools: dict[int, BuildPool] = {}
+
+
+def _build_pool(workers: int) -> BuildPool:
+    if workers not in _build_pools:
+        _build_pools[workers] = BuildPool(workers)
+        atexit.register(_build_pools[workers].close)
+    return _build_pools[workers]
+
+
 def _serialize(mod: tvm.IRModule) -> str:
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected tvm.IRModule, got {type(mod).__name__}")
@@ -373,6 +448,7 @@ def measure_modules(
     seed: int = DEFAULTS.seed,
     rounds: int = 1,
     worker: MeasureWorker | None = None,
+    build_workers: int = DEFAULTS.build_workers,
 ) -> list[MeasureResult]:
     """Build and time each module on the local CPU, one result per module, in order.
 
@@ -382,7 +458,8 @@ def measure_modules(
     that a slow phase of the machine falls on all of them alike: `times` then holds each round's median and
     `seconds` their median (the check runs in the first round only). `worker` defaults to one shared, reused
     worker process. The worker is started with "spawn", so a calling script needs the usual
-    `if __name__ == "__main__":` guard.
+    `if __name__ == "__main__":` guard. With `build_workers` > 1 every module (and the reference) is first compiled
+    in that many processes at once (`BuildPool`, kept for later calls); the worker then loads the libraries.
     """
     if target.kind.name != "llvm":
         raise ValueError(f"measure_modules runs on the local CPU, not on a {target.kind.name!r} target")
@@ -411,22 +488,46 @@ def measure_modules(
             texts.append(None)
             results.append(_failed(f"cannot serialise module: {type(e).__name__}: {e}"))
     per_round: list[list[float]] = [[] for _ in mods]
+    libs: list[dict[str, Any]] = [{} for _ in mods]
+    lib_dir = tempfile.mkdtemp(prefix="drytune-libs-") if build_workers > 1 else None
+    try:
+        if lib_dir is not None:
+            jobs = [(text, base["target"], os.path.join(lib_dir, f"m{i}.so")) for i, text in enumerate(texts) if text]
+            if ref_json is not None:
+                jobs.append((ref_json, base["target"], os.path.join(lib_dir, "ref.so")))
+            built = iter(_build_pool(build_workers).compile(jobs))
+            libs = [next(built) if text else {} for text in texts]
+            if ref_json is not None:
+                base["ref_lib"] = next(built).get("lib")
+        _time_rounds(texts, libs, base, results, per_round, rounds, timeout_s, worker)
+    finally:
+        if lib_dir is not None:
+            shutil.rmtree(lib_dir, ignore_errors=True)
+    if rounds == 1:  # the repeats' times as they came
+        return results
+    return [res if not res.ok else replace(res, seconds=statistics.median(t), times=tuple(t))
+            for res, t in zip(results, per_round, strict=True)]
+
+
+def _time_rounds(texts: list[str | None], libs: list[dict[str, Any]], base: dict[str, Any],
+                 results: list[MeasureResult | None], per_round: list[list[float]], rounds: int, timeout_s: float,
+                 worker: MeasureWorker | None) -> None:
+    """Time every module once per round on the worker, filling `results` (first round) and `per_round`."""
     with _shared_lock if worker is None else contextlib.nullcontext():
         w = worker if worker is not None else _default_worker()
         for r in range(rounds):
             for i, text in enumerate(texts):
                 if text is None or (results[i] is not None and not results[i].ok):
                     continue
-                res = _to_result(w.run({**base, "mod": text} | ({"ref": None} if r else {}), timeout_s))
+                job = {**base, "mod": text, **libs[i]} | ({"ref": None} if r else {})
+                res = _to_result(w.run(job, timeout_s))
+                if r == 0 and libs[i].get("build_s"):
+                    res = replace(res, build_s=libs[i]["build_s"])
                 if r == 0:
                     results[i] = res
                 elif not res.ok:  # a module that fails in a later round fails
                     results[i] = replace(res, error=f"round {r + 1}: {res.error}", build_s=results[i].build_s)
                 per_round[i].append(res.seconds)
-    if rounds == 1:  # the repeats' times as they came
-        return results
-    return [res if not res.ok else replace(res, seconds=statistics.median(t), times=tuple(t))
-            for res, t in zip(results, per_round, strict=True)]
 
 
 def _to_result(reply: dict[str, Any]) -> MeasureResult:

@@ -72,6 +72,7 @@ class VerifyConfig:
     rounds: int = 3  # the median over rounds decides
     repeat: int = 3  # repeats per round; a round's time is their median
     min_repeat_ms: int = 10  # runs per repeat grow until a repeat lasts this long
+    build_workers: int = 0  # processes compiling the candidates side by side before they are timed; 0: one per CPU
 
 
 @dataclass(frozen=True)

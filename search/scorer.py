@@ -177,27 +177,34 @@ class DeferredScorer(Scorer):
     verify or export, starts no Ray. `start_in_background()` makes it in a thread meanwhile (Ray's start takes
     seconds that importing the model can hide)."""
 
+    # Linux sends a child its parent-death signal when the *thread* that started it ends, so the thread that
+    # starts Ray's local processes (raylet, object store) idles until exit instead of ending: they live on.
+    _keep_alive = threading.Event()
+
     def __init__(self, make: Callable[[], Scorer]):
         self._make = make
         self._inner: Scorer | None = None
-        self._thread: threading.Thread | None = None
+        self._made: threading.Event | None = None
         self._error: BaseException | None = None
 
     def start_in_background(self) -> None:
-        if self._inner is None and self._thread is None:
-            self._thread = threading.Thread(target=self._make_in_thread, name="drytune-scorer-start", daemon=True)
-            self._thread.start()
+        if self._inner is None and self._made is None:
+            self._made = threading.Event()
+            threading.Thread(target=self._make_in_thread, name="drytune-scorer-start", daemon=True).start()
 
     def _make_in_thread(self) -> None:
         try:
             self._inner = self._make()
         except BaseException as err:  # raised again by start(), in the caller's thread
             self._error = err
+        finally:
+            self._made.set()
+        self._keep_alive.wait()
 
     def start(self) -> Scorer:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._made is not None:
+            self._made.wait()
+            self._made = None
             if self._error is not None:
                 err, self._error = self._error, None
                 raise err
@@ -212,9 +219,8 @@ class DeferredScorer(Scorer):
         return self.start().prescore_is_cheap(task)
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._made is not None:
+            self._made.wait()
         if self._inner is not None:
             self._inner.close()
 

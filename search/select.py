@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +59,7 @@ def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyC
     (the first round also checks outputs against the unscheduled program; failures are inf). One pass in order would
     credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on."""
     return measure(task, candidates, check=True, rounds=verify.rounds, repeat=verify.repeat,
-                   min_repeat_ms=verify.min_repeat_ms)
+                   min_repeat_ms=verify.min_repeat_ms, build_workers=verify.build_workers or os.cpu_count() or 1)
 
 
 def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: VerifyConfig = _VERIFY,

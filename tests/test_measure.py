@@ -220,3 +220,23 @@ def test_runtime_uses_every_core_unless_the_user_set_threads() -> None:
     out = subprocess.run([sys.executable, "-c", code], env={**env, "TVM_NUM_THREADS": "1"}, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["1", "1"]
+
+
+def test_modules_compiled_side_by_side_are_timed_and_checked_like_the_rest(worker, tmp_path):
+    from drytune.measure import BuildPool
+
+    pool = BuildPool(2)
+    try:
+        built = pool.compile([(tvm.ir.save_json(m), str(TARGET), str(tmp_path / f"{i}.so"))
+                              for i, m in enumerate([_scheduled_gemm(), _foreign_intrinsic()])])
+    finally:
+        pool.close()
+    assert built[0]["lib"] == str(tmp_path / "0.so") and os.path.exists(built[0]["lib"]) and built[0]["build_s"] > 0
+    assert built[1] == {}  # a failed build is left to the worker, which reports it
+
+    good, wrong, broken = measure_modules([_scheduled_gemm(), _wrong_gemm(), _foreign_intrinsic()], TARGET, repeat=2,
+                                          rounds=2, check_against=_gemm(), worker=worker, build_workers=2)
+    assert good.ok and len(good.times) == 2 and good.build_s > 0
+    assert good.max_abs_err is not None and good.max_abs_err < 1e-4
+    assert "wrong result" in wrong.error
+    assert broken.error.startswith("build failed") and "llvm.aarch64.neon.frecpe" in broken.error

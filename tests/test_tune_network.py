@@ -153,6 +153,17 @@ def test_killed_run_resumes_with_its_spent_budget(tmp_path) -> None:
     assert load_report(work).rows
 
 
+def test_embedded_ray_started_while_the_model_imports_lives_through_the_run(tmp_path) -> None:
+    """A fresh process: Ray is started in a background thread, which then ends its work; Ray's processes must
+    outlive that thread (Linux's parent-death signal follows the thread) and score every round."""
+    work = str(tmp_path / "w")
+    cmd = [sys.executable, "-m", "drytune", "tune", "resnet_tiny", "--budget", "48 trials", "--num-workers", "1",
+           "--work-dir", work, "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sum(r.trials for r in read_rounds(work)) == 48
+
+
 def test_cuda_network_builds_with_every_function_scheduled(tmp_path) -> None:
     """Cross-compiled for a GPU (no GPU here): tuned tasks from records, the rest from default schedules that bind
     threads; the CUDA build fails if any PrimFunc is left unbound."""
