@@ -423,8 +423,16 @@ _build_pools: dict[int, BuildPool] = {}
 def _build_pool(workers: int) -> BuildPool:
     if workers not in _build_pools:
         _build_pools[workers] = BuildPool(workers)
-        atexit.register(_build_pools[workers].close)
     return _build_pools[workers]
+
+
+def close_build_pools() -> None:
+    """Stop the build processes that `measure_modules(build_workers=...)` keeps between calls."""
+    for pool in _build_pools.values():
+        pool.close()
+
+
+atexit.register(close_build_pools)
 
 
 def _serialize(mod: tvm.IRModule) -> str:

@@ -170,6 +170,7 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
     Tasks go in order of their share of the predicted network latency (weight x best prediction); those below
     `min_share` keep the model's choice: measuring them costs as much as measuring a large task and gains nothing
     visible."""
+    from ..measure import close_build_pools
     from ..search.select import SearchError, runs_here, select_best
     from .report import MEASURED_FILE
 
@@ -194,17 +195,20 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
         log.info("verify_top_k: %d tasks below %.1f%% of the predicted latency keep the model's choice: %s",
                  len(small), 100 * min_share, ", ".join(small))
     preferred = {}
-    for i in chosen:
-        nt = tuner.tasks[i]
-        try:
-            sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k)
-        except SearchError as err:
-            log.warning("verify_top_k: %s", err)
-            continue
-        preferred[nt.name] = Record(sel.best.to_schedule().trace, sel.predicted, nt.task.mod,
-                                    str(nt.task.target))
-        if sel.measured is not None:
-            measured[nt.name] = sel.measured
+    try:
+        for i in chosen:
+            nt = tuner.tasks[i]
+            try:
+                sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k)
+            except SearchError as err:
+                log.warning("verify_top_k: %s", err)
+                continue
+            preferred[nt.name] = Record(sel.best.to_schedule().trace, sel.predicted, nt.task.mod,
+                                        str(nt.task.target))
+            if sel.measured is not None:
+                measured[nt.name] = sel.measured
+    finally:
+        close_build_pools()
     with open(path + ".tmp", "w") as f:
         json.dump(measured, f, indent=1)
     os.replace(path + ".tmp", path)
