@@ -173,7 +173,8 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
     tile = next(k for k, v in good[0].decisions.items() if isinstance(v, tuple))
     broken = dt.Candidate(gemm, good[0].sketch, {**good[0].decisions, tile: (7,) * len(good[0].decisions[tile])})
     times = select.measure_interleaved(gemm, [good[0], broken, good[1]], select.VerifyConfig(rounds=3))
-    assert calls == [(3, {"check": True, "rounds": 3, "repeat": 3, "min_repeat_ms": 10})]  # order: test_measure.py
+    assert calls == [(3, {"check": True, "rounds": 3, "repeat": 3, "min_repeat_ms": 10,  # order: test_measure.py
+                          "build_workers": os.cpu_count() or 1})]  # compiled side by side, one process per CPU
     assert np.isinf(times[1]) and np.isfinite(times[[0, 2]]).all()
 
 
