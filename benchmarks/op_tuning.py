@@ -31,6 +31,7 @@ from drytune import workloads
 from drytune.costmodel.model import StaticCostModel
 from drytune.errors import TVM_ERRORS
 from drytune.measure import MeasureWorker, measure_modules
+from drytune.search.config import TuneConfig, VerifyConfig
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -198,6 +199,8 @@ def main() -> int:
     ap.add_argument("--verify-top-k", type=int, default=0,
                     help="also report each drytune run with its k best predictions measured and the fastest kept "
                          "(the same records; the verification's wall time is added to the tuning's)")
+    ap.add_argument("--verify-one-per-sketch", action="store_true",
+                    help="with --verify-top-k: measure the best prediction of each sketch first (VerifyConfig)")
     ap.add_argument("--passes", type=int, default=2,
                     help="interleaved measurement passes per operator: right after its tuning, then again after every "
                          "operator's tuning; ratios are medians over the rounds of all passes")
@@ -231,10 +234,13 @@ def main() -> int:
                 mods[f"drytune-{strategy}"] = res.best.to_mod()
                 if args.verify_top_k > 0:  # no new candidates: the run's records read back, the k best measured
                     t0 = time.perf_counter()
+                    verify = VerifyConfig(one_per_sketch=args.verify_one_per_sketch)
                     ver = dt.tune(task, trials=0, strategy=strategy, progress=False, work_dir=work_dir,
-                                  verify_top_k=args.verify_top_k, cost_model=cost_model)
+                                  verify_top_k=args.verify_top_k, cost_model=cost_model,
+                                  config=TuneConfig(verify=verify))
                     verify_s = time.perf_counter() - t0
-                    name = f"drytune-{strategy}+verify{args.verify_top_k}"
+                    per_sketch = "-per-sketch" if args.verify_one_per_sketch else ""
+                    name = f"drytune-{strategy}+verify{args.verify_top_k}{per_sketch}"
                     info[name] = {"wall_s": wall + verify_s, "verify_s": verify_s,
                                   "predicted_s": ver.predicted, "measured_s": ver.measured,
                                   "measured_top": [(p, m) for _, p, m in ver.measured_top]}

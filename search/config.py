@@ -73,6 +73,11 @@ class VerifyConfig:
     repeat: int = 3  # repeats per round; a round's time is their median
     min_repeat_ms: int = 10  # runs per repeat grow until a repeat lasts this long
     build_workers: int = 0  # processes compiling the candidates side by side before they are timed; 0: one per CPU
+    # measure the best prediction of each sketch first (best first), then fill up with the next best: a model that
+    # misprices one kernel family ranks its near-copies together at the top, and measuring them teaches nothing
+    one_per_sketch: bool = False
+    pool: int = 1 << 16  # predictions the sketch-diverse choice looks through (a search tends to fill its top
+    # hundreds with one sketch: GEMM at 300 s, the best 537 of 1490)
 
 
 @dataclass(frozen=True)

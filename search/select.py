@@ -62,6 +62,20 @@ def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyC
                    min_repeat_ms=verify.min_repeat_ms, build_workers=verify.build_workers or os.cpu_count() or 1)
 
 
+def verification_set(top: list[tuple[Candidate, float]], k: int,
+                     one_per_sketch: bool) -> list[tuple[Candidate, float]]:
+    """The k (candidate, prediction) pairs to measure from `top` (best first): the k best, or with `one_per_sketch`
+    the best of each sketch in order, then the best of the rest."""
+    if not one_per_sketch:
+        return top[:k]
+    firsts: dict[str, tuple[Candidate, float]] = {}
+    for cand, predicted in top:
+        firsts.setdefault(cand.sketch.name, (cand, predicted))
+    chosen = list(firsts.values())[:k]
+    taken = {id(c) for c, _ in chosen}
+    return chosen + [x for x in top if id(x[0]) not in taken][: k - len(chosen)]
+
+
 def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: VerifyConfig = _VERIFY,
                 attempts: int = 8) -> Selection:
     """The best candidate that passes the check, by measured time among the verified top-k, else by prediction.
@@ -70,7 +84,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: 
     candidate was compared while it was measured); otherwise (GPU, other architectures) the candidate must at
     least build. Raises `SearchError` if none of the `attempts` best candidates passes.
     """
-    top = archive.top(max(attempts, verify_top_k))
+    top = archive.top(max(attempts, verify.pool if verify.one_per_sketch else verify_top_k))
     if not top:
         raise SearchError(f"no valid candidate was found for task {task.name!r}")
     local = runs_here(task.target)
@@ -78,7 +92,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: 
     measured_top: list[tuple[Candidate, float, float]] = []
     if verify_top_k > 0:
         if local:
-            head = top[:verify_top_k]
+            head = verification_set(top, verify_top_k, verify.one_per_sketch)
             times = measure_interleaved(task, [c for c, _ in head], verify)
             measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
             ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])

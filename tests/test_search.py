@@ -362,3 +362,19 @@ def test_a_scorer_made_in_the_background_is_handed_over_and_its_failure_raised_i
     with pytest.raises(ConnectionError, match="no cluster"):
         failing.start()
     failing.close()
+
+
+def test_sketch_diverse_verification_measures_each_sketch_s_best_before_near_copies(gemm: dt.Task) -> None:
+    from drytune.search.select import verification_set
+
+    space = dt.SearchSpace(gemm)
+    by_sketch: dict[str, list[Candidate]] = collections.defaultdict(list)
+    for cand in space.sample(64, seed=3):
+        by_sketch[cand.sketch.name].append(cand)
+    (a, a_list), (b, b_list) = [(n, c) for n, c in by_sketch.items() if len(c) >= 3][:2]
+    # the model's order: three near-copies of sketch a first, then sketch b's best
+    top = [(a_list[0], 1.0), (a_list[1], 1.01), (a_list[2], 1.02), (b_list[0], 1.5), (b_list[1], 1.6)]
+    assert verification_set(top, 2, one_per_sketch=False) == top[:2]
+    assert verification_set(top, 2, one_per_sketch=True) == [top[0], top[3]]
+    assert verification_set(top, 4, one_per_sketch=True) == [top[0], top[3], top[1], top[2]]
+    assert verification_set(top, 9, one_per_sketch=True) == [top[0], top[3], top[1], top[2], top[4]]
