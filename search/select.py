@@ -84,7 +84,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: 
     candidate was compared while it was measured); otherwise (GPU, other architectures) the candidate must at
     least build. Raises `SearchError` if none of the `attempts` best candidates passes.
     """
-    top = archive.top(max(attempts, verify.pool if verify.one_per_sketch else verify_top_k))
+    top = archive.top(max(attempts, verify_top_k))
     if not top:
         raise SearchError(f"no valid candidate was found for task {task.name!r}")
     local = runs_here(task.target)
@@ -92,11 +92,14 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: 
     measured_top: list[tuple[Candidate, float, float]] = []
     if verify_top_k > 0:
         if local:
-            head = verification_set(top, verify_top_k, verify.one_per_sketch)
+            pool = archive.top(verify.pool) if verify.one_per_sketch else top
+            head = verification_set(pool, verify_top_k, verify.one_per_sketch)
             times = measure_interleaved(task, [c for c, _ in head], verify)
             measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
             ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])
-            order = [(c, p) for c, p, _ in ranked] + [x for x in top if x[0] not in {c for c, _, _ in ranked}]
+            timed = {c for c, _, _ in ranked}
+            # measured first, fastest first; then unmeasured by prediction, as far as `attempts` reaches
+            order = [(c, p) for c, p, _ in ranked] + [x for x in top if x[0] not in timed]
         else:
             log.warning("verify_top_k: target %s does not run on this machine; not measured", task.target.kind.name)
     measured = {c.key: t for c, _, t in measured_top}
