@@ -148,6 +148,12 @@ class KernelConfig:
     # the default: such reloads cost `accumulator_reload_cycles` like the others. A calibration sets it for its machine
     # (the Zen 4 file: 5, its refit moved the held-out median top-1 0.796 -> 0.852, Spearman 0.831 -> 0.829).
     evicted_reload_cycles: float = 0.0
+    # The stores of accumulators that a body loads and stores every time (accumulators through memory) take load-port
+    # slots beside its loads. On the `rocketlake` guest a 4 x 64 tile body that loads and stores its 16 accumulators
+    # ran 32-37 cycles per body slower than the same body with them in registers (8 or 16 reduction steps per body,
+    # `benchmarks/accumulator_reload.py`): about two per accumulator, where the loads alone at `load_ports` = 1 add
+    # 16. False: such stores use `store_ports` only.
+    accumulator_stores_load: bool = False
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1
@@ -596,6 +602,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     chain = 0.0
     reload = 0.0  # cycles per body of storing and reloading register accumulators between runs of the loop
     acc_in_memory = False
+    acc_stores = 0  # stores of accumulators that go through memory (counted again on the load ports when so set)
     if out is not None:
         kind = _access_kind(out, vec)
         n_out = _distinct(out, unrolled) * (e_v if kind == "gather" else 1 if kind == "scalar" else vops)
@@ -619,6 +626,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             acc_in_memory = True
             loads += moved
             stores += moved
+            acc_stores = moved if cfg.accumulator_stores_load else 0
             if cfg.evicted_reload_cycles and inner_iter is not None and _tile_evicted(out, outer, body, spec):
                 # every body loads and stores its outputs (a reduction unrolled inside it, or too many accumulators):
                 # when the walk to the next body on the same tile evicts it, each of those loads waits on L2
@@ -650,7 +658,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     store_slots = pumped if cfg.pump_stores else 1
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
-        "load": loads / cfg.load_ports + gathers * cfg.gather_cost,
+        "load": (loads + acc_stores) / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores * store_slots / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / width,
