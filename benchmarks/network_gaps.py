@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from network_tasks import ms_best, open_work_dir
+from network_tasks import either_records, ms_best, open_work_dir, same_order
 from networks import load_fused, target_dict
 from op_tuning import interleaved
 from report_files import write_report
@@ -30,7 +30,6 @@ import drytune as dt
 from drytune.costmodel.model import StaticCostModel
 from drytune.extract import extract_tasks
 from drytune.records import RecordStore
-from drytune.scheduler.build import choose_records
 
 
 def main() -> int:
@@ -46,18 +45,23 @@ def main() -> int:
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
+    # MetaSchedule's database holds the tasks without the constant-weight mark (network_tasks.py does the same)
+    plain = same_order(tasks, extract_tasks(load_fused(args.model, target_dict(args.threads), prepack=False), target))
     store = RecordStore(os.path.join(mdir, "drytune"))
-    choices = choose_records(store, tasks)
+    choices = either_records(store, tasks, plain)
     db = ms.database.JSONDatabase(work_dir=os.path.join(mdir, "ms_long_db"), allow_missing=False)
     with open(args.tasks_table) as f:
         measured = {r["task"]: r for r in json.load(f)["rows"]}
     model = StaticCostModel(target)
     rows = []
-    for nt, choice in zip(tasks, choices, strict=True):
+    for nt, plain_nt, choice in zip(tasks, plain, choices, strict=True):
         m = measured.get(nt.name)
         if m is None or choice.record is None or m["gap_ms"] * 1e3 < args.min_gap_us:
             continue
-        ms_mod = ms_best(db, nt.task, target)
+        ms_mod = ms_best(db, plain_nt.task, target)
+        if ms_mod is None:
+            print(f"{nt.name}: no MetaSchedule record for it; skipped", flush=True)
+            continue
         ms_pred = model.seconds_of_module(ms_mod)
         rows.append({"task": nt.name, "calls": nt.weight, "records": len(store.records(nt.task)),
                      "drytune_ms": m["drytune_ms"], "metaschedule_ms": m["metaschedule_ms"],
