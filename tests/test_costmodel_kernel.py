@@ -942,33 +942,17 @@ def test_a_multiply_add_body_issues_at_the_fma_issue_width():
     assert init["issue"] == pytest.approx(init["uops"] / CFG.issue_width)
 
 
-def _row_blocks_inside_reduction_runs() -> s_tir.Schedule:
-    """A 4 x 16 tile over 8 row blocks that walk inside each 8-long run of the reduction (a cache-write sketch's
-    body): every body loads its 4 accumulators, runs 8 unrolled steps and stores them."""
-    sch = _matmul(M=32, N=16, K=64)
-    C = sch.get_sblock("C")
-    i, j, k = sch.get_loops(C)
-    i0, i1 = sch.split(i, [None, 4])
-    k0, k1 = sch.split(k, [None, 8])
-    sch.reorder(k0, i0, k1, i1, j)
-    sch.unroll(k1)
-    sch.unroll(i1)
-    sch.vectorize(j)
-    sch.decompose_reduction(C, k0)
-    return sch
-
-
 def test_accumulator_stores_can_take_load_port_slots():
     """`accumulator_stores_load` (measured by benchmarks/accumulator_reload.py: reloading 16 accumulators per body cost
     about two cycles each) puts the stores of accumulators that go through memory on the load ports too; a body whose
     accumulators stay in registers is unchanged."""
     cfg = dataclasses.replace(CFG, load_ports=1.0)
     on = dataclasses.replace(cfg, accumulator_stores_load=True)
-    _, plain = _details(_row_blocks_inside_reduction_runs(), cfg=cfg)
-    _, shared = _details(_row_blocks_inside_reduction_runs(), cfg=on)
-    assert plain["acc_in_memory"] and plain["accumulators"] == 4 and plain["stores"] == 4
-    assert plain["loads"] == 32 + 8 + 4  # broadcasts of A, vectors of B, accumulators
-    assert plain["load"] == pytest.approx(44.0) and shared["load"] == pytest.approx(48.0)
+    _, plain = _details(_tile_through_memory(16), cfg=cfg)
+    _, shared = _details(_tile_through_memory(16), cfg=on)
+    assert plain["acc_in_memory"] and plain["accumulators"] == 8 and plain["stores"] == 8
+    assert plain["loads"] == 32 + 4 + 8  # broadcasts of A, vectors of B, accumulators
+    assert plain["load"] == pytest.approx(44.0) and shared["load"] == pytest.approx(52.0)
     assert shared["stores"] == plain["stores"] and shared["store"] == plain["store"]
     _, regs = _details(_tile_8x32(False), cfg=cfg)
     _, regs_on = _details(_tile_8x32(False), cfg=on)
