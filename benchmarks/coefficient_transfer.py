@@ -1,6 +1,6 @@
 """Does a calibration made on one machine rank another? Every shipped coefficients file of the host's architecture
 ranks this machine's measured random candidates, per operator, with features computed under that file's own
-kernel-model settings (cached in one file per setting); with
+kernel-model settings and its hidden L1 refills (cached in one file per setting); with
 `--reference TAG`, the same candidates as measured on another machine rank them too (what a perfect model of that
 machine would get here).
 
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fidelity_eval import _row_key, compute_features, metrics, save_report  # noqa: E402
 
 import drytune as dt  # noqa: E402
-from drytune.costmodel.cpu_features import FEATURE_NAMES  # noqa: E402
+from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills  # noqa: E402
 from drytune.costmodel.dataset import read_rows  # noqa: E402
 from drytune.costmodel.model import COEFF_DIR, Coefficients  # noqa: E402
 
@@ -72,8 +72,8 @@ def main() -> int:
         features, seconds = per_operator(rows, args.tag, json.loads(settings_key))
         ops = sorted(features)
         for name in names:
-            coef = files[name].vector(FEATURE_NAMES)
-            table[name] = medians({op: (features[op] @ coef, seconds[op]) for op in ops})
+            coef, hidden = files[name].vector(FEATURE_NAMES), files[name].l1_hidden_per_cycle
+            table[name] = medians({op: (hide_l1_refills(features[op], hidden) @ coef, seconds[op]) for op in ops})
     table = dict(sorted(table.items()))
     by_op = {op: [r for r in rows if r.op == op] for op in ops}
     if args.reference:

@@ -298,15 +298,16 @@ def test_shipped_coefficients_follow_the_cpu_model_then_its_cores_then_the_archi
 
 def test_a_host_whose_llvm_name_is_a_hypervisors_model_number_gets_the_calibration_of_its_real_cores() -> None:
     """A guest named rocketlake by LLVM but with AMX (which Rocket Lake lacks) has Granite Rapids-class cores and gets
-    the calibration of their class, the Emerald Rapids file; a real Rocket Lake, or a cross target naming it, keeps the
-    architecture's file."""
+    the calibration of their class; a real Rocket Lake, or a cross target naming it, keeps the architecture's file;
+    Sapphire Rapids takes the Emerald Rapids file (the same cores)."""
     assert host_core("rocketlake", frozenset({"avx512f", "amx_tile"})) == "graniterapids"
     assert host_core("rocketlake", frozenset({"avx512f"})) == ""
     assert host_core("znver4", frozenset({"avx512f", "amx_tile"})) == ""
     _, spec = dt.resolve_target("x86-avx512")
     assert spec.core == ""
     guest = dataclasses.replace(spec, core="graniterapids")
-    assert os.path.basename(default_coefficients_path(guest, "rocketlake")) == "x86-emeraldrapids-calibrated.json"
+    assert os.path.basename(default_coefficients_path(guest, "rocketlake")) == "x86-graniterapids-calibrated.json"
+    assert os.path.basename(default_coefficients_path(spec, "sapphirerapids")) == "x86-emeraldrapids-calibrated.json"
     assert os.path.basename(default_coefficients_path(spec, "rocketlake")) == "x86-calibrated.json"
 
 
@@ -324,9 +325,10 @@ def test_the_hosts_own_target_given_as_a_dict_keeps_the_calibration_of_its_real_
     assert task.spec.core == "graniterapids"
     model = StaticCostModel(task.target)
     assert model.spec.core == "graniterapids"
-    emr = Coefficients.load(os.path.join(COEFF_DIR, "x86-emeraldrapids-calibrated.json"))
-    assert np.array_equal(model.coefficients.vector(), emr.vector())
-    assert model.kernel.load_ports == emr.kernel_settings["load_ports"]
+    gnr = Coefficients.load(os.path.join(COEFF_DIR, "x86-graniterapids-calibrated.json"))
+    assert np.array_equal(model.coefficients.vector(), gnr.vector())
+    assert model.kernel.load_ports == gnr.kernel_settings["load_ports"]
+    assert model.coefficients.l1_hidden_per_cycle == gnr.l1_hidden_per_cycle == 0.5
     other = StaticCostModel({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
     assert other.spec.core == ""
     assert os.path.basename(default_coefficients_path(other.spec, "znver4")) == "x86-znver4-calibrated.json"
