@@ -20,15 +20,13 @@ import sys
 import tempfile
 import time
 
-from network_tasks import either_records, ms_best, open_work_dir, same_order
-from networks import load_fused, target_dict
+from network_tasks import either_records, marked_and_plain_tasks, ms_best, open_work_dir
 from op_tuning import interleaved
 from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
 
 import drytune as dt
 from drytune.costmodel.model import StaticCostModel
-from drytune.extract import extract_tasks
 from drytune.records import RecordStore
 
 
@@ -44,9 +42,7 @@ def main() -> int:
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
-    tasks = extract_tasks(load_fused(args.model, target_dict(args.threads)), target)
-    # MetaSchedule's database holds the tasks without the constant-weight mark (network_tasks.py does the same)
-    plain = same_order(tasks, extract_tasks(load_fused(args.model, target_dict(args.threads), prepack=False), target))
+    tasks, plain = marked_and_plain_tasks(args.model, args.threads, target)  # MetaSchedule's records: the plain ones
     store = RecordStore(os.path.join(mdir, "drytune"))
     choices = either_records(store, tasks, plain)
     db = ms.database.JSONDatabase(work_dir=os.path.join(mdir, "ms_long_db"), allow_missing=False)

@@ -57,6 +57,14 @@ def either_records(store: RecordStore, tasks, plain) -> list:
     return [m if m.record is not None else u for m, u in zip(marked, unmarked, strict=True)]
 
 
+def marked_and_plain_tasks(model: str, threads: int, target: tvm.target.Target, fast_math: bool = False) -> tuple:
+    """The network's tasks with the constant-weight mark (as drytune tunes them) and, in the same order, without it
+    (as MetaSchedule tuned them, and drytune before session 52)."""
+    tasks = extract_tasks(load_fused(model, target_dict(threads), fast_math), target)
+    plain = extract_tasks(load_fused(model, target_dict(threads), fast_math, prepack=False), target)
+    return tasks, same_order(tasks, plain)
+
+
 def same_order(tasks, plain) -> list:
     """The tasks extracted without the constant-weight mark, in the order of `tasks` (matched by name)."""
     by_name = {nt.name: nt for nt in plain}
@@ -110,10 +118,7 @@ def main() -> int:
     if not has_ms and not args.baseline_work_dir:
         raise SystemExit(f"no MetaSchedule database in {ms_dir}: run networks.py --phase tune-ms first, or compare "
                          "with another drytune work dir (--baseline-work-dir)")
-    tasks = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math), target)
-    # MetaSchedule tuned the network without the constant-weight mark, as did drytune before session 52
-    plain = same_order(tasks, extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math,
-                                                      prepack=False), target))
+    tasks, plain = marked_and_plain_tasks(args.model, args.threads, target, args.fast_math)
     store = RecordStore(os.path.join(mdir, "drytune"))
     choices = either_records(store, tasks, plain)
     baseline = None

@@ -18,11 +18,10 @@ import statistics
 import sys
 import time
 
-from network_tasks import open_work_dir, picked_mod, same_order, work_dir_parser
-from networks import load_fused, model_dir, target_dict
+from network_tasks import marked_and_plain_tasks, open_work_dir, picked_mod, work_dir_parser
+from networks import model_dir
 from report_files import write_report
 
-from drytune.extract import extract_tasks
 from drytune.measure import MeasureWorker, measure_modules
 from drytune.prepack import LAYOUT_FREE_ATTR, has_weight_packing
 from drytune.records import RecordStore
@@ -48,9 +47,7 @@ def main() -> int:
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
-    marked = extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math), target)
-    plain = same_order(marked, extract_tasks(load_fused(args.model, target_dict(args.threads), args.fast_math,
-                                                        prepack=False), target))
+    marked, plain = marked_and_plain_tasks(args.model, args.threads, target, args.fast_math)
     store = RecordStore(os.path.join(mdir, "drytune"))
     base_store = RecordStore(os.path.join(model_dir(os.path.abspath(args.baseline_work_dir), args.model), "drytune"))
     rows = []
