@@ -2,9 +2,11 @@
 
 Reads a `networks.py` work directory and the task table of `network_tasks.py` for it. For each task whose kernel
 trails MetaSchedule's by more than `--min-gap-us` (calls x time), MetaSchedule's best schedule is scored by the
-static model as it is: predicted faster than drytune's pick means the search did not reach such a kernel ("search"),
-predicted slower means the model ranked a slower kernel first ("ranking"). With `--alone SECONDS`, the search-limited
-tasks are also tuned alone for that long and their picks timed interleaved with MetaSchedule's and the network run's.
+static model as it is, and so is drytune's pick (by the same coefficients, which need not be the ones it was
+tuned with): MetaSchedule's kernel predicted faster than drytune's pick means the search did not reach such a kernel
+("search"), predicted slower means the model ranked a slower kernel first ("ranking"). With `--alone SECONDS`, the
+search-limited tasks are also tuned alone for that long and their picks timed interleaved with MetaSchedule's and
+the network run's.
 
     python benchmarks/network_gaps.py --model mobilenet_v2 --work-dir drytune-work/networks_znver5_v28 \\
         --tasks-table benchmarks/results/network_tasks_mobilenet_v2_znver5_v28.json --alone 15 --tag znver5_v28
@@ -39,6 +41,8 @@ def main() -> int:
     ap.add_argument("--alone", type=float, default=0.0, help="seconds to tune each search-limited task alone")
     ap.add_argument("--max-alone", type=int, default=4, help="search-limited tasks tuned alone, largest gap first")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--coefficients", default=None, metavar="FILE",
+                    help="score both kernels with this coefficients file (default: the one shipped for this CPU)")
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
@@ -48,7 +52,7 @@ def main() -> int:
     db = ms.database.JSONDatabase(work_dir=os.path.join(mdir, "ms_long_db"), allow_missing=False)
     with open(args.tasks_table) as f:
         measured = {r["task"]: r for r in json.load(f)["rows"]}
-    model = StaticCostModel(target)
+    model = StaticCostModel(target, coefficients=args.coefficients)
     rows = []
     for nt, plain_nt, choice in zip(tasks, plain, choices, strict=True):
         m = measured.get(nt.name)
@@ -59,10 +63,12 @@ def main() -> int:
             print(f"{nt.name}: no MetaSchedule record for it; skipped", flush=True)
             continue
         ms_pred = model.seconds_of_module(ms_mod)
+        pick_pred = model.seconds_of_module(choice.record.to_schedule().mod)
         rows.append({"task": nt.name, "calls": nt.weight, "records": len(store.records(nt.task)),
                      "drytune_ms": m["drytune_ms"], "metaschedule_ms": m["metaschedule_ms"],
-                     "predicted_pick_ms": choice.record.seconds * 1e3, "predicted_metaschedule_ms": ms_pred * 1e3,
-                     "cause": "search" if ms_pred < choice.record.seconds else "ranking"})
+                     "predicted_pick_ms": pick_pred * 1e3, "predicted_when_tuned_ms": choice.record.seconds * 1e3,
+                     "predicted_metaschedule_ms": ms_pred * 1e3,
+                     "cause": "search" if ms_pred < pick_pred else "ranking"})
         r = rows[-1]
         print(f"{nt.name:45s} {r['records']:4d} records | measured {r['drytune_ms']:.4f} vs {r['metaschedule_ms']:.4f}"
               f" ms | predicted {r['predicted_pick_ms']:.4f} vs {r['predicted_metaschedule_ms']:.4f} ms: {r['cause']}",
@@ -84,7 +90,8 @@ def main() -> int:
               "command": "python benchmarks/network_gaps.py " + " ".join(sys.argv[1:])}
     lines = [f"# {args.model}: tasks behind MetaSchedule, ranking or search", "", f"{report['date']}. "
              f"`{report['command']}`", "", "Measured times from the task table; MetaSchedule's best schedule scored by "
-             "the static model. search: the model predicts MetaSchedule's kernel faster than our pick.", "",
+             "the static model" + (f" ({args.coefficients})" if args.coefficients else "")
+             + ", and so is our pick. search: the model predicts MetaSchedule's kernel faster than our pick.", "",
              "| task | calls | candidates | measured ms (ours / MS) | predicted ms (ours / MS's kernel) | cause | "
              "tuned alone: candidates, ms (alone / network run / MS) |", "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -15,7 +15,9 @@ directory without a MetaSchedule database is then compared with the baseline alo
 
 With
 `--top-k K`, each task's next K-1 best predictions are timed in the same rounds too: what `verify_top_k=k` could gain
-for k = 1..K (the fastest of the k by the same medians, so slightly optimistic).
+for k = 1..K (the fastest of the k by the same medians, so slightly optimistic). `--one-per-sketch` also times the
+candidates that `verify_top_k=k` with `VerifyConfig.one_per_sketch` would measure (each sketch's best prediction first)
+and sums both choices.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
 
 from drytune.extract import extract_tasks
-from drytune.records import RecordStore
+from drytune.records import RecordStore, candidate_from_trace
 from drytune.scheduler.build import choose_records
+from drytune.search.select import verification_set
+from drytune.space import SearchSpace
 
 
 def ms_best(db: ms.database.JSONDatabase, task, target: tvm.target.Target) -> tvm.IRModule | None:
@@ -86,6 +90,20 @@ def next_best(store: RecordStore, task, pick, n: int) -> list:
     return out
 
 
+def verify_sets(store: RecordStore, task, k: int, one_per_sketch: bool) -> list[list]:
+    """For j = 1..k, the records `verify_top_k=j` measures (by `search.select.verification_set`), one per schedule."""
+    derived = SearchSpace(task).derived
+    top, seen = [], set()
+    for rec in sorted(store.records(task), key=lambda r: r.seconds):
+        if str(rec.trace) in seen:
+            continue
+        seen.add(str(rec.trace))
+        cand = candidate_from_trace(task, derived, rec.trace)
+        if cand is not None:
+            top.append((cand, rec))
+    return [[rec for _, rec in verification_set(top, j, one_per_sketch)] for j in range(1, k + 1)]
+
+
 def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.Target, str]:
     """The runtime's thread count set, the benchmark's target, and the model's folder in a networks.py work dir."""
     os.environ["TVM_NUM_THREADS"] = str(threads)
@@ -111,6 +129,8 @@ def main() -> int:
     ap.add_argument("--fast-math", action="store_true", help="the network as networks.py --fast-math tuned it")
     ap.add_argument("--top-k", type=int, default=1,
                     help="also time each task's next K-1 best predictions: the network sum for verify_top_k = 1..K")
+    ap.add_argument("--one-per-sketch", action="store_true",
+                    help="with --top-k: also the sum when verify_top_k measures each sketch's best prediction first")
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     ms_dir = os.path.join(mdir, "ms_long_db")
@@ -139,6 +159,13 @@ def main() -> int:
             mods["baseline"] = picked_mod(base, nt)
         more = next_best(store, nt.task, choice.record, args.top_k - 1) if choice.record is not None else []
         mods.update({f"top{i}": rec.to_schedule().mod for i, rec in enumerate(more, 2)})
+        sketch_sets = verify_sets(store, nt.task, args.top_k, True) if args.one_per_sketch and more else []
+        by_trace = {str(rec.trace): f"top{i}" for i, rec in enumerate(more, 2)}
+        by_trace[str(choice.record.trace) if choice.record is not None else ""] = "drytune"
+        for rec in (rec for chosen in sketch_sets for rec in chosen):
+            if str(rec.trace) not in by_trace:
+                by_trace[str(rec.trace)] = f"sketch{len(by_trace)}"
+                mods[by_trace[str(rec.trace)]] = rec.to_schedule().mod
         times = interleaved(mods, target, rounds=args.rounds)
         med = {k: statistics.median(v) for k, v in times.items()}
         r = {"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
@@ -148,6 +175,8 @@ def main() -> int:
              "ratio": statistics.median(a / b for a, b in zip(times["drytune"], times[ref], strict=True)),
              "gap_ms": nt.weight * (med["drytune"] - med[ref]) * 1e3}
         r["top_ms"] = [r["drytune_ms"]] + [med[f"top{i}"] * 1e3 for i in range(2, len(more) + 2)]
+        if sketch_sets:  # the fastest of what verify_top_k=j measures with one_per_sketch, j = 1..K
+            r["sketch_ms"] = [min(med[by_trace[str(rec.trace)]] for rec in chosen) * 1e3 for chosen in sketch_sets]
         if baseline is not None and has_ms:
             r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
                                                                              strict=True))
@@ -184,6 +213,14 @@ def main() -> int:
                   f"| k | sum ms | / {ref_name} |", "|---|---|---|"]
         lines += [f"| {k} | {v:.2f} | {v / total[ref]:.3f} |"
                   for k, v in enumerate(report["verify_sum_ms"], 1)]
+    if args.one_per_sketch and args.top_k > 1:
+        report["verify_sketch_sum_ms"] = [sum(r["weight"] * (r["sketch_ms"][k - 1] if "sketch_ms" in r
+                                                               else r["drytune_ms"]) for r in rows)
+                                          for k in range(1, args.top_k + 1)]
+        lines += ["", "The same with each sketch's best prediction measured first (`VerifyConfig.one_per_sketch`):", "",
+                  f"| k | sum ms | / {ref_name} |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.2f} | {v / total[ref]:.3f} |"
+                  for k, v in enumerate(report["verify_sketch_sum_ms"], 1)]
     write_report(f"network_tasks_{args.model}", args.tag, report, lines)
     return 0
 
