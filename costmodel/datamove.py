@@ -68,7 +68,11 @@ class DataMoveConfig:
     # Set conflicts: a footprint whose lines crowd into a few sets (rows 4 KiB apart all land in one L1 set)
     # fits only if no set holds more lines than the cache has ways. Needs the spec's l1_ways/l2_ways.
     set_conflicts: bool = True
-    max_crowd_points: int = 1 << 16  # iteration points enumerated to find the most crowded set
+    # iteration points enumerated to find the most crowded set (numpy, cached; ~10 ms at the limit). At 1 << 16 a
+    # 3 x 3 conv's weight slice (9 x 256 rows 1 KiB apart, 64 channels: 147k points, 9216 lines in 512 of the L2's
+    # 2048 sets, 18 > 16 ways) went unchecked and ResNet-50's pick for it ran 1.8 ms, predicted 0.57 (2.3 with the
+    # check; session 58)
+    max_crowd_points: int = 1 << 18
     levels: tuple[str, ...] = ("L1", "L2")
 
 

@@ -199,6 +199,29 @@ def test_rows_4_kib_apart_conflict_in_one_l1_set():
     assert data_movement(aligned, l1).levels["L2"].per_buffer_lines["A"] == 64
 
 
+def column_block_sums(rows: int, row_elems: int, cols: int, repeats: int) -> LoopTree:
+    """S[r] = sum over i, j of W[i, j] for the first `cols` columns of W (j innermost), repeated `repeats` times."""
+    W = te.placeholder((rows, row_elems), "float32", name="W")
+    i = te.reduce_axis((0, rows), name="i")
+    j = te.reduce_axis((0, cols), name="j")
+    S = te.compute((repeats,), lambda r: te.sum(W[i, j], axis=[i, j]), name="S")
+    return LoopTree.from_mod(tvm.IRModule({"main": te.create_prim_func([W, S])}))
+
+
+def test_a_large_footprint_crowding_l2_sets_is_checked():
+    """A 3 x 3 conv's weight slice as ResNet-50 reads it: 2304 rows 1 KiB apart, 64 floats (4 lines) of each,
+    147k iteration points. 9216 lines fit a 2 MiB L2 (32768 lines) by count, but with 16 ways (2048 sets) they land
+    in 512 sets, 18 per set: nothing survives to the next r, so W moves 9216 lines per r. Enumerating at most
+    1 << 16 points (the limit before session 58) skipped the check and kept W in L2."""
+    spec = dataclasses.replace(CPU, l1_bytes=48 * 1024, l1_ways=12, l2_bytes=2 * 1024 * 1024, l2_ways=16)
+    tree = column_block_sums(2304, 256, 64, 4)
+    assert data_movement(tree, spec).levels["L2"].per_buffer_lines["W"] == 9216 * 4
+    small = DataMoveConfig(max_crowd_points=1 << 16)
+    assert data_movement(tree, spec, small, FootprintCounter(small)).levels["L2"].per_buffer_lines["W"] == 9216
+    # rows of 272 floats spread the lines over all sets: W stays in L2
+    assert data_movement(column_block_sums(2304, 272, 64, 4), spec).levels["L2"].per_buffer_lines["W"] == 9216
+
+
 def test_most_crowded_set_equals_a_count_by_hand():
     """Lines 0, 64, 128, ... (a column of a 4 KiB-row buffer): with 64 sets every line is in set 0; with 128
     sets they alternate between sets 0 and 64."""
