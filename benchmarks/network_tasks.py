@@ -77,31 +77,29 @@ def same_order(tasks, plain) -> list:
     return [by_name[nt.name] for nt in tasks]
 
 
-def next_best(store: RecordStore, task, pick, n: int) -> list:
-    """Up to `n` records of the task with the best predictions after `pick`'s, one per distinct schedule."""
-    seen = {str(pick.trace)} if pick is not None else set()
-    out = []
+def distinct_records(store: RecordStore, task) -> list:
+    """The task's records, best prediction first, one per distinct schedule."""
+    seen, out = set(), []
     for rec in sorted(store.records(task), key=lambda r: r.seconds):
-        if len(out) == n:
-            break
         if str(rec.trace) not in seen:
             seen.add(str(rec.trace))
             out.append(rec)
     return out
 
 
-def verify_sets(store: RecordStore, task, k: int, one_per_sketch: bool) -> list[list]:
-    """For j = 1..k, the records `verify_top_k=j` measures (by `search.select.verification_set`), one per schedule."""
+def next_best(store: RecordStore, task, pick, n: int) -> list:
+    """Up to `n` records of the task with the best predictions after `pick`'s, one per distinct schedule."""
+    skip = str(pick.trace) if pick is not None else None
+    return [rec for rec in distinct_records(store, task) if str(rec.trace) != skip][:n]
+
+
+def sketch_first_sets(store: RecordStore, task, k: int) -> list[list]:
+    """For j = 1..k, the records `verify_top_k=j` measures with `VerifyConfig.one_per_sketch` (each sketch's best
+    prediction first, by `search.select.verification_set`)."""
     derived = SearchSpace(task).derived
-    top, seen = [], set()
-    for rec in sorted(store.records(task), key=lambda r: r.seconds):
-        if str(rec.trace) in seen:
-            continue
-        seen.add(str(rec.trace))
-        cand = candidate_from_trace(task, derived, rec.trace)
-        if cand is not None:
-            top.append((cand, rec))
-    return [[rec for _, rec in verification_set(top, j, one_per_sketch)] for j in range(1, k + 1)]
+    top = [(cand, rec) for rec in distinct_records(store, task)
+           if (cand := candidate_from_trace(task, derived, rec.trace)) is not None]
+    return [[rec for _, rec in verification_set(top, j, True)] for j in range(1, k + 1)]
 
 
 def open_work_dir(work_dir: str, model: str, threads: int) -> tuple[tvm.target.Target, str]:
@@ -159,9 +157,10 @@ def main() -> int:
             mods["baseline"] = picked_mod(base, nt)
         more = next_best(store, nt.task, choice.record, args.top_k - 1) if choice.record is not None else []
         mods.update({f"top{i}": rec.to_schedule().mod for i, rec in enumerate(more, 2)})
-        sketch_sets = verify_sets(store, nt.task, args.top_k, True) if args.one_per_sketch and more else []
+        sketch_sets = sketch_first_sets(store, nt.task, args.top_k) if args.one_per_sketch and more else []
         by_trace = {str(rec.trace): f"top{i}" for i, rec in enumerate(more, 2)}
-        by_trace[str(choice.record.trace) if choice.record is not None else ""] = "drytune"
+        if sketch_sets:  # `more` is not empty, so drytune's pick is a record
+            by_trace[str(choice.record.trace)] = "drytune"
         for rec in (rec for chosen in sketch_sets for rec in chosen):
             if str(rec.trace) not in by_trace:
                 by_trace[str(rec.trace)] = f"sketch{len(by_trace)}"

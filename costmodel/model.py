@@ -102,11 +102,11 @@ def coefficients_file_name(spec: HardwareSpec, cpu: str | None = None) -> str:
 
 # LLVM CPU models whose cores are those of a calibrated one: LLVM builds Sapphire Rapids and Emerald Rapids code with
 # the same features and scheduling model, and both are Golden Cove-class cores with 2 MiB of L2. Granite Rapids-class
-# cores (2 MiB of L2) have their own file since session 57, the same Emerald Rapids rows fitted hiding half an L1
-# refill per kernel cycle (its origin says why); before it they took the Emerald Rapids file, which on one picked a
-# 1.2x faster GEMM and a 1.4x faster BERT-base than x86-calibrated.json (session 53) and a 1.3x faster GEMM than a file
-# fitted on 1800 candidates measured there (session 54; benchmarks/results/coefficients_graniterapids_fit_s53.json)
-_SAME_CORES = {"sapphirerapids": "emeraldrapids", "graniterapids": "emeraldrapids"}
+# cores have their own file since session 57, the same Emerald Rapids rows fitted hiding half an L1 refill per kernel
+# cycle (its origin says why); before it they took the Emerald Rapids file, which on one picked a 1.2x faster GEMM and
+# a 1.4x faster BERT-base than x86-calibrated.json (session 53) and a 1.3x faster GEMM than a file fitted on 1800
+# candidates measured there (session 54; benchmarks/results/coefficients_graniterapids_fit_s53.json)
+_SAME_CORES = {"sapphirerapids": "emeraldrapids"}
 
 
 def calibration_cpu(spec: HardwareSpec, cpu: str | None) -> str | None:
