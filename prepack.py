@@ -59,6 +59,12 @@ def is_constant_weight(func: tirx.PrimFunc, buffer: tirx.Buffer) -> bool:
     return any(int(i) < len(params) and params[int(i)].same_as(buffer) for i in free)
 
 
+def has_constant_weights(mod: tvm.IRModule) -> bool:
+    """Whether the module's main function marks some parameter as a constant weight (a network's task)."""
+    func = mod["main"]
+    return bool(func.attrs is not None and func.attrs.get(LAYOUT_FREE_ATTR))
+
+
 def has_weight_packing(mod: tvm.IRModule) -> bool:
     """Whether a block of the module packs a weight ahead of time (carries the layout-rewrite mark)."""
     return any(PREPROC_ATTR in block.annotations for _, func in mod.functions_items()

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
+from ..prepack import LAYOUT_FREE_ATTR
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
-from .datamove import DataMoveConfig, data_movement, default_counter
+from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
 from .listsched import ListScheduler
@@ -111,6 +112,21 @@ def _flops(tree: LoopTree) -> float:
     for leaf in tree.statements():
         total += leaf.trips * sum(v for k, v in leaf.ops.items() if k.startswith("f"))
     return total
+
+
+def weight_lines_per_core(mod: tvm.IRModule, tree: LoopTree, spec: HardwareSpec,
+                          counter: FootprintCounter | None = None) -> float:
+    """Cache lines of the function's constant weights (parameters a network always passes the same tensor,
+    marked by the importer) that one core reads: in a network each weight was last touched an inference ago,
+    so a schedule whose cores all read a whole weight streams it from memory once per core. Not a feature: priced
+    per line, it ranked cold kernels no better (benchmarks/cold_weights.py, session 59)."""
+    func = mod["main"]
+    free = func.attrs.get(LAYOUT_FREE_ATTR) if func.attrs is not None else None
+    if not free:
+        return 0.0
+    params = list(func.params)
+    weights = {str(params[int(i)].name) for i in free if int(i) < len(params)}
+    return float(sum(core_footprint_lines(tree, spec, weights, counter).values()))
 
 
 def without_argument_checks() -> tvm.transform.PassContext:

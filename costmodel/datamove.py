@@ -36,7 +36,7 @@ import islpy as isl
 import numpy as np
 
 from ..target import HardwareSpec
-from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, StmtLeaf, make_divmod
+from .looptree import Access, DivMod, IndexExpr, LoopNode, LoopTree, Node, StmtLeaf, make_divmod
 
 __all__ = [
     "DataMoveConfig",
@@ -845,6 +845,55 @@ class _Analysis:
         children = [self.visit(c, refs) for c in tree.roots]
         fp, crowd = self.count(refs, 0)
         return _Info("<root>", -1, 1, fp, fp, children, crowd, crowd)
+
+
+    def collect(self, nodes: Sequence[Node], refs_out: dict[str, list[_AccRef]]) -> None:
+        """The accesses below `nodes`, prepared for footprint queries, without counting any loop's footprint."""
+        for node in nodes:
+            if not node.is_loop:
+                for a in node.accesses:
+                    if not _on_chip(a.scope):
+                        refs_out.setdefault(a.buffer, []).append(self._ref(a, node.conditions))
+                continue
+            if node.alias_of:
+                self.collect(node.children, refs_out)
+                continue
+            depth = len(self._path)
+            self._path.extend(reversed(self.digits.get(node.var, (node.var,))))
+            self.collect(node.children, refs_out)
+            del self._path[depth:]
+
+
+def core_footprint_lines(tree: LoopTree, spec: HardwareSpec, buffers: Container[str],
+                         counter: FootprintCounter | None = None) -> dict[str, int]:
+    """Distinct lines of each of `buffers` that the first core touches: the program with the outermost parallel
+    loop of each nest cut to the first core's share of its iterations (the runtime hands each core one
+    contiguous chunk). A weight that every core reads whole (parallel over pixels) counts whole; split by
+    output channels, it counts its share. Without a parallel loop one core touches everything."""
+    counter = counter or default_counter()
+    extents = dict(tree.extents)
+    for root in tree.roots:
+        loop = _outermost_parallel(root)
+        if loop is not None:
+            extents[loop.var] = -(-loop.extent // max(spec.cores, 1))
+    analysis = _Analysis(LoopTree(roots=tree.roots, extents=extents), spec, counter)
+    refs: dict[str, list[_AccRef]] = {}
+    analysis.collect(tree.roots, refs)
+    lines, _ = analysis.count({b: r for b, r in refs.items() if b in buffers}, 0)
+    return lines
+
+
+def _outermost_parallel(node: Node) -> LoopNode | None:
+    """The first parallel loop met going down from `node` (pre-order), or None."""
+    if not node.is_loop:
+        return None
+    if node.kind == "parallel":
+        return node
+    for child in node.children:
+        found = _outermost_parallel(child)
+        if found is not None:
+            return found
+    return None
 
 
 def _fused_digits(tree: LoopTree, extents: dict[str, int]) -> tuple[dict[str, tuple[str, ...]], dict[str, IndexExpr]]:

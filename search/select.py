@@ -13,6 +13,7 @@ import tvm
 from ..annotate.candidate import Candidate
 from ..errors import TVM_ERRORS, DrytuneError
 from ..measure import measure
+from ..prepack import has_constant_weights
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
 from .config import VerifyConfig
@@ -57,9 +58,15 @@ def runs_here(target: tvm.target.Target) -> bool:
 def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyConfig = _VERIFY) -> np.ndarray:
     """Median measured seconds of each candidate over `verify.rounds` rounds that time every candidate once, in turn
     (the first round also checks outputs against the unscheduled program; failures are inf). One pass in order would
-    credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on."""
-    return measure(task, candidates, check=True, rounds=verify.rounds, repeat=verify.repeat,
-                   min_repeat_ms=verify.min_repeat_ms, build_workers=verify.build_workers or os.cpu_count() or 1)
+    credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on.
+    A network's task (constant weights marked) is timed with its weights cold, as the network runs it
+    (`VerifyConfig.cold_weights`)."""
+    if verify.cold_weights and has_constant_weights(task.mod):
+        timing = {"number": 1, "repeat": verify.cold_repeat, "min_repeat_ms": 0, "flush_cache": True}
+    else:
+        timing = {"repeat": verify.repeat, "min_repeat_ms": verify.min_repeat_ms}
+    return measure(task, candidates, check=True, rounds=verify.rounds,
+                   build_workers=verify.build_workers or os.cpu_count() or 1, **timing)
 
 
 def verification_set(top: list[tuple[Candidate, float]], k: int,

@@ -465,3 +465,44 @@ def test_counting_paths_agree_with_enumeration_on_random_accesses():
         assert auto.count(layout, accs, ext) == isl_c.count(layout, accs, ext) == len(lines)
     assert auto.stats.closed_form > 30 and auto.stats.enumerated > 30 and auto.stats.fallbacks == 0
     assert isl_c.stats.isl == isl_c.stats.queries  # cache hits count with the method that computed them
+
+
+def split_by_pixels_or_channels(channels_outer: bool, parallel: bool = True) -> tvm.IRModule:
+    """Out[p, o] = sum_k X[p, k] W[k, o] (a 1 x 1 convolution), 64 pixels, 64 -> 128 channels, tiled 8 x 16 with
+    the tile loops fused into one parallel loop: pixel tiles outer, or channel tiles outer."""
+    X = te.placeholder((64, 64), "float32", name="X")
+    W = te.placeholder((64, 128), "float32", name="W")
+    k = te.reduce_axis((0, 64), name="k")
+    Out = te.compute((64, 128), lambda p, o: te.sum(X[p, k] * W[k, o], axis=k), name="Out")
+    func = te.create_prim_func([X, W, Out]).with_attr("layout_free_buffers", [1])
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    p, o, kk = sch.get_loops(sch.get_sblock("Out"))
+    po, pi = sch.split(p, [8, 8])
+    oo, oi = sch.split(o, [8, 16])
+    sch.reorder(*((oo, po) if channels_outer else (po, oo)), pi, oi, kk)
+    fused = sch.fuse(*((oo, po) if channels_outer else (po, oo)))
+    if parallel:
+        sch.parallel(fused)
+    return sch.mod
+
+
+def test_the_first_core_reads_a_whole_weight_only_when_split_by_pixels():
+    """W is 64 rows of 128 floats (8 lines each, 512 lines). The runtime gives each of 2 cores half of the fused
+    parallel loop: with pixel tiles outer, core 0 runs 4 pixel tiles x all 8 channel tiles and reads all of W; with
+    channel tiles outer it runs 4 channel tiles (64 floats = 4 lines of each row), 256 lines, and all of X. Serial:
+    all of both."""
+    from drytune.costmodel.cpu_features import weight_lines_per_core
+    from drytune.costmodel.datamove import core_footprint_lines
+
+    spec = dataclasses.replace(CPU, cores=2)
+    by_pixels, by_channels = split_by_pixels_or_channels(False), split_by_pixels_or_channels(True)
+    serial = split_by_pixels_or_channels(True, parallel=False)
+    lines = {name: core_footprint_lines(LoopTree.from_mod(mod), spec, {"W", "X"})
+             for name, mod in (("pixels", by_pixels), ("channels", by_channels), ("serial", serial))}
+    assert lines["pixels"] == {"W": 512, "X": 128}  # X: 32 of its 64 rows, 4 lines each
+    assert lines["channels"] == {"W": 256, "X": 256}  # 4 channel tiles x all 8 pixel tiles
+    assert lines["serial"] == {"W": 512, "X": 256}
+    # only the marked constant weight counts; the same program unmarked has none
+    assert weight_lines_per_core(by_channels, LoopTree.from_mod(by_channels), spec) == 256
+    unmarked = tvm.IRModule({"main": by_channels["main"].without_attr("layout_free_buffers")})
+    assert weight_lines_per_core(unmarked, LoopTree.from_mod(unmarked), spec) == 0

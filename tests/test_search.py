@@ -178,6 +178,30 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
     assert np.isinf(times[1]) and np.isfinite(times[[0, 2]]).all()
 
 
+def test_a_network_task_is_verified_with_its_weights_cold(gemm: dt.Task, monkeypatch) -> None:
+    """A task whose program marks a constant weight (a network's) is timed one run per repeat with every argument
+    but the first flushed before each run, as the network runs it; the same program unmarked is timed hot."""
+    from drytune.search import select
+
+    calls = []
+
+    def recording(task, cands, **kw):
+        calls.append(kw)
+        return real(task, cands, **kw)
+
+    real = select.measure
+    monkeypatch.setattr(select, "measure", recording)
+    marked = dt.Task.from_prim_func(gemm.mod["main"].with_attr("layout_free_buffers", [1]), gemm.target,
+                                    name="gemm_weight")
+    cands = dt.SearchSpace(marked).sample(2, seed=4)
+    times = select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2))
+    assert np.isfinite(times).all()
+    assert calls[-1] | {"build_workers": 0} == {"check": True, "rounds": 2, "number": 1, "repeat": 10,
+                                                "min_repeat_ms": 0, "flush_cache": True, "build_workers": 0}
+    select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2, cold_weights=False))
+    assert "flush_cache" not in calls[-1] and calls[-1]["repeat"] == 3
+
+
 def test_verified_tune_returns_the_fastest_measured_of_the_top_k(gemm: dt.Task, monkeypatch) -> None:
     """With verify_top_k the measured fastest wins (not the best prediction), and the check made while measuring
     is the one reported: the candidate is not built and run a second time to check it."""
