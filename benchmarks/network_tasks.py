@@ -127,6 +127,8 @@ def main() -> int:
     ap.add_argument("--fast-math", action="store_true", help="the network as networks.py --fast-math tuned it")
     ap.add_argument("--top-k", type=int, default=1,
                     help="also time each task's next K-1 best predictions: the network sum for verify_top_k = 1..K")
+    ap.add_argument("--cold", action="store_true",
+                    help="time each kernel with its weights flushed, as it runs inside the network (in_network.py)")
     ap.add_argument("--one-per-sketch", action="store_true",
                     help="with --top-k: also the sum when verify_top_k measures each sketch's best prediction first")
     args = ap.parse_args()
@@ -165,7 +167,7 @@ def main() -> int:
             if str(rec.trace) not in by_trace:
                 by_trace[str(rec.trace)] = f"sketch{len(by_trace)}"
                 mods[by_trace[str(rec.trace)]] = rec.to_schedule().mod
-        times = interleaved(mods, target, rounds=args.rounds)
+        times = interleaved(mods, target, rounds=args.rounds, cold=args.cold)
         med = {k: statistics.median(v) for k, v in times.items()}
         r = {"task": nt.name, "kind": nt.kind, "weight": nt.weight, "gflop": nt.flops / 1e9,
              "drytune_tuned": choice.record is not None,
@@ -191,8 +193,10 @@ def main() -> int:
     third = baseline is not None and has_ms  # the baseline as a third column beside MetaSchedule
     lines = [f"# {args.model}: drytune's kernels against {ref_name}'s, task by task", "",
              f"{report['date']}. `{report['command']}`", "",
-             f"Each task's kernel built alone and timed interleaved (median of rounds); gap = calls x (drytune - "
-             f"{ref_name}). Sorted by gap.", "",
+             "Each task's kernel built alone and timed interleaved (median of rounds"
+             + ("; weights flushed before each run" if args.cold else "; hot: inside the network kernels run ~1.3x "
+                "slower and closer to `--cold` times, in_network.py")
+             + f"); gap = calls x (drytune - {ref_name}). Sorted by gap.", "",
              f"| task | kind | calls | GFLOP | drytune ms (predicted) | {ref_name} ms | ratio | gap ms |"
              + (" baseline ms | drytune / baseline |" if third else ""),
              "|---|---|---|---|---|---|---|---|" + ("---|---|" if third else "")]

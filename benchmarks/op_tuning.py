@@ -159,13 +159,17 @@ def torch_matmul_timer(op: str):
     return timed
 
 
-def interleaved(mods: dict[str, object], target, rounds: int = 5, extra: dict | None = None) -> dict[str, list[float]]:
-    """Median seconds of each module (and of each `extra` timing function) in each round, alternating in a round."""
+def interleaved(mods: dict[str, object], target, rounds: int = 5, extra: dict | None = None,
+                cold: bool = False) -> dict[str, list[float]]:
+    """Median seconds of each module (and of each `extra` timing function) in each round, alternating in a round.
+    `cold`: every argument but the first flushed before each run, as a network's weights come in."""
     times: dict[str, list[float]] = {k: [] for k in [*mods, *(extra or {})]}
+    timing = ({"number": 1, "repeat": 15, "min_repeat_ms": 0, "flush_cache": True} if cold
+              else {"number": 3, "repeat": 3, "min_repeat_ms": 50})
     with MeasureWorker() as worker:
         for _ in range(rounds):
             for name, mod in mods.items():
-                res = measure_modules([mod], target, number=3, repeat=3, min_repeat_ms=50, worker=worker)[0]
+                res = measure_modules([mod], target, worker=worker, **timing)[0]
                 times[name].append(res.seconds)
             for name, timed in (extra or {}).items():
                 times[name].append(timed())
