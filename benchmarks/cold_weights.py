@@ -16,10 +16,10 @@ the kernels' cold times better than the hot prediction alone.
 from __future__ import annotations
 
 import os
-import statistics
 
 import numpy as np
 import tvm
+from in_network import isolated_times
 from network_tasks import (
     distinct_records,
     marked_and_plain_tasks,
@@ -34,23 +34,9 @@ from tvm.s_tir import meta_schedule as ms
 from drytune.costmodel.cpu_features import weight_lines_per_core
 from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import StaticCostModel
-from drytune.measure import MeasureWorker, measure_modules
+from drytune.measure import MeasureWorker
 from drytune.prepack import LAYOUT_FREE_ATTR, kernel_as_run
 from drytune.records import RecordStore
-
-
-def timed(mods: list, target, worker: MeasureWorker, rounds: int) -> tuple[list[float], list[float]]:
-    """Median hot and cold seconds of each module, hot and cold runs alternating round by round."""
-    hot: list[list[float]] = [[] for _ in mods]
-    cold: list[list[float]] = [[] for _ in mods]
-    for _ in range(rounds):
-        for flush, out in ((False, hot), (True, cold)):
-            # a flushed run must be a single call: the flush comes before each repeat, not each call
-            res = measure_modules(mods, target, number=1 if flush else 3, repeat=15 if flush else 3,
-                                  min_repeat_ms=0 if flush else 50, flush_cache=flush, worker=worker)
-            for got, r in zip(out, res, strict=True):
-                got.append(r.seconds)
-    return [statistics.median(t) for t in hot], [statistics.median(t) for t in cold]
 
 
 def main() -> int:
@@ -75,7 +61,7 @@ def main() -> int:
             if theirs is not None:  # MetaSchedule tuned the unmarked program: mark its weights as drytune's are
                 mods["ms"] = _marked(theirs, free)
             names = list(mods)
-            hot, cold = timed([mods[n] for n in names], target, worker, args.rounds)
+            hot, cold = isolated_times([mods[n] for n in names], target, worker, args.rounds)
             task_rows = []
             for n, h, c in zip(names, hot, cold, strict=True):
                 as_run = kernel_as_run(mods[n])
