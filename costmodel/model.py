@@ -251,6 +251,13 @@ class StaticCostModel(CostModel):
             raise ValueError("features() is for CPU targets; use gpu_features for CUDA")
         return self._cpu.extract(kernel_as_run(candidate.to_mod()))
 
+    def features_of_module(self, mod: tvm.IRModule) -> CPUFeatures:
+        """CPU features of an already scheduled module (one scheduled elsewhere, e.g. by MetaSchedule), as the built
+        network runs it: weights packed ahead of time are taken packed."""
+        if self._cpu is None:
+            raise ValueError("features_of_module() is for CPU targets; use gpu_features for CUDA")
+        return self._cpu.extract(kernel_as_run(mod))
+
     def seconds_from_features(self, feats: CPUFeatures) -> float:
         values = hide_l1_refills(feats.values, self.coefficients.l1_hidden_per_cycle)
         cycles = float(np.dot(self.coefficients.vector(), values))
