@@ -45,6 +45,7 @@ __all__ = [
     "LevelMovement",
     "LineLayout",
     "LoopRecord",
+    "core_footprint_lines",
     "data_movement",
     "default_counter",
 ]
@@ -845,7 +846,6 @@ class _Analysis:
         children = [self.visit(c, refs) for c in tree.roots]
         fp, crowd = self.count(refs, 0)
         return _Info("<root>", -1, 1, fp, fp, children, crowd, crowd)
-
 
     def collect(self, nodes: Sequence[Node], refs_out: dict[str, list[_AccRef]]) -> None:
         """The accesses below `nodes`, prepared for footprint queries, without counting any loop's footprint."""
