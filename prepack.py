@@ -10,6 +10,8 @@ weight in 192-byte pieces 12 KB apart) took 3.5 ms per call in the network again
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
@@ -59,10 +61,14 @@ def is_constant_weight(func: tirx.PrimFunc, buffer: tirx.Buffer) -> bool:
     return any(int(i) < len(params) and params[int(i)].same_as(buffer) for i in free)
 
 
-def has_constant_weights(mod: tvm.IRModule) -> bool:
-    """Whether the module's main function marks some parameter as a constant weight (a network's task)."""
+def constant_weight_share(mod: tvm.IRModule) -> float:
+    """Bytes of the parameters that the module's main function marks as constant weights (a network's task) over the
+    bytes of all its parameters; 0 when none is marked."""
     func = mod["main"]
-    return bool(func.attrs is not None and func.attrs.get(LAYOUT_FREE_ATTR))
+    free = {int(i) for i in func.attrs.get(LAYOUT_FREE_ATTR, [])} if func.attrs is not None else set()
+    sizes = [math.prod(int(d) for d in buf.shape) * buf.dtype.bits // 8 for buf in func.params]
+    total = sum(sizes)
+    return sum(size for i, size in enumerate(sizes) if i in free) / total if free and total else 0.0
 
 
 def has_weight_packing(mod: tvm.IRModule) -> bool:

@@ -76,12 +76,14 @@ class VerifyConfig:
     # measure the best prediction of each sketch first (best first), then fill up with the next best: a model that
     # misprices one kernel family ranks its near-copies together at the top, and measuring them teaches nothing
     one_per_sketch: bool = False
-    # a network's task (its constant weights marked) is timed with every argument but the activation flushed before
-    # each run, one run per repeat: in the network each weight was last read an inference ago. ResNet-50's kernels
-    # ran 1.34x their hot time inside the network and 1.04x their cold time, and cold times told which of two
-    # kernels is faster there 86% of the time against 75% for hot (benchmarks/results/in_network_*.md); verified
-    # cold, the same records built 1.020 of MetaSchedule's 65-minute latency, 1.084 verified hot (session 59)
-    cold_weights: bool = True
+    # a network's task whose constant weights (marked by the importer) are at least this share of its arguments'
+    # bytes is timed with every argument but the activation flushed before each run, one run per repeat: in the
+    # network each weight was last read an inference ago (None: always hot). ResNet-50's kernels ran 1.34x their hot
+    # time inside the network and 1.04x their cold time, and cold times told which of two kernels is faster there
+    # 86% of the time against 75% for hot; verified cold, three sets of records built 0.917-0.952 of their unverified
+    # latency against 0.948-1.011 hot. MobileNet-V2's small weights and large activations went the other way (61%
+    # against 76%, benchmarks/results/in_network_*.md, session 59)
+    cold_weight_share: float | None = 0.5
     cold_repeat: int = 10
     pool: int = 1 << 16  # predictions the sketch-diverse choice looks through (a search tends to fill its top
     # hundreds with one sketch: GEMM at 300 s, the best 537 of 1490)

@@ -13,7 +13,7 @@ import tvm
 from ..annotate.candidate import Candidate
 from ..errors import TVM_ERRORS, DrytuneError
 from ..measure import measure
-from ..prepack import has_constant_weights
+from ..prepack import constant_weight_share
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
 from .config import VerifyConfig
@@ -59,9 +59,10 @@ def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyC
     """Median measured seconds of each candidate over `verify.rounds` rounds that time every candidate once, in turn
     (the first round also checks outputs against the unscheduled program; failures are inf). One pass in order would
     credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on.
-    A network's task (constant weights marked) is timed with its weights cold, as the network runs it
-    (`VerifyConfig.cold_weights`)."""
-    if verify.cold_weights and has_constant_weights(task.mod):
+    A network's task whose constant weights are most of its data is timed with them cold, as the network runs it
+    (`VerifyConfig.cold_weight_share`)."""
+    share = verify.cold_weight_share
+    if share is not None and constant_weight_share(task.mod) >= share:
         timing = {"number": 1, "repeat": verify.cold_repeat, "min_repeat_ms": 0, "flush_cache": True}
     else:
         timing = {"repeat": verify.repeat, "min_repeat_ms": verify.min_repeat_ms}

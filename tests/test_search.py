@@ -179,8 +179,9 @@ def test_verification_times_the_top_k_in_interleaved_rounds_and_skips_failures(g
 
 
 def test_a_network_task_is_verified_with_its_weights_cold(gemm: dt.Task, monkeypatch) -> None:
-    """A task whose program marks a constant weight (a network's) is timed one run per repeat with every argument
-    but the first flushed before each run, as the network runs it; the same program unmarked is timed hot."""
+    """A network's task whose constant weights are at least `cold_weight_share` of its arguments' bytes is timed one
+    run per repeat with every argument but the first flushed before each run, as the network runs it; with the
+    option off, or a smaller share, it is timed hot."""
     from drytune.search import select
 
     calls = []
@@ -194,12 +195,15 @@ def test_a_network_task_is_verified_with_its_weights_cold(gemm: dt.Task, monkeyp
     marked = dt.Task.from_prim_func(gemm.mod["main"].with_attr("layout_free_buffers", [1]), gemm.target,
                                     name="gemm_weight")
     cands = dt.SearchSpace(marked).sample(2, seed=4)
-    times = select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2))
+    times = select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2, cold_weight_share=0.3))
     assert np.isfinite(times).all()
     assert calls[-1] | {"build_workers": 0} == {"check": True, "rounds": 2, "number": 1, "repeat": 10,
                                                 "min_repeat_ms": 0, "flush_cache": True, "build_workers": 0}
-    select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2, cold_weights=False))
+    select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2, cold_weight_share=None))
     assert "flush_cache" not in calls[-1] and calls[-1]["repeat"] == 3
+    # marked, but the weight is a third of the data (A, B, C of one size): timed hot at the default share of a half
+    select.measure_interleaved(marked, cands, select.VerifyConfig(rounds=2, cold_weight_share=0.5))
+    assert "flush_cache" not in calls[-1]
 
 
 def test_verified_tune_returns_the_fastest_measured_of_the_top_k(gemm: dt.Task, monkeypatch) -> None:
