@@ -66,6 +66,8 @@ def constant_weight_share(mod: tvm.IRModule) -> float:
     bytes of all its parameters; 0 when none is marked."""
     func = mod["main"]
     free = {int(i) for i in func.attrs.get(LAYOUT_FREE_ATTR, [])} if func.attrs is not None else set()
+    if not free or any(not isinstance(d, tirx.IntImm) for buf in func.params for d in buf.shape):
+        return 0.0  # no weight, or a dynamic shape whose bytes are unknown
     sizes = [math.prod(int(d) for d in buf.shape) * buf.dtype.bits // 8 for buf in func.params]
     total = sum(sizes)
     return sum(size for i, size in enumerate(sizes) if i in free) / total if free and total else 0.0

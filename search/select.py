@@ -61,8 +61,8 @@ def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyC
     credit a slow phase of the machine, or work still winding down after a search, to whichever candidate it fell on.
     A network's task whose constant weights are most of its data is timed with them cold, as the network runs it
     (`VerifyConfig.cold_weight_share`)."""
-    share = verify.cold_weight_share
-    if share is not None and constant_weight_share(task.mod) >= share:
+    share, weights = verify.cold_weight_share, constant_weight_share(task.mod)
+    if share is not None and weights > 0 and weights >= share:
         timing = {"number": 1, "repeat": verify.cold_repeat, "min_repeat_ms": 0, "flush_cache": True}
     else:
         timing = {"repeat": verify.repeat, "min_repeat_ms": verify.min_repeat_ms}
