@@ -55,6 +55,12 @@ class MeasureConfig:
 DEFAULTS = MeasureConfig()
 
 
+def cold_timing(repeat: int) -> dict[str, Any]:
+    """`measure_modules` arguments for runs with every argument but the first flushed from the caches (a network's
+    weights, read an inference ago): one run per repeat, since TVM flushes before each repeat, not each run."""
+    return {"number": 1, "repeat": repeat, "min_repeat_ms": 0, "flush_cache": True}
+
+
 @dataclass(frozen=True)
 class MeasureResult:
     """Outcome of one candidate: median seconds (inf if it failed), every repeat, and why it failed."""

@@ -52,25 +52,31 @@ def mark_constant_weights(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) ->
     return mod
 
 
+def constant_weight_params(func: tirx.PrimFunc) -> list[tirx.Buffer]:
+    """The parameters of `func` that the network always passes a constant (weights), as the importer marked them."""
+    free = func.attrs.get(LAYOUT_FREE_ATTR) if func.attrs is not None else None
+    params = list(func.params)  # buffers, in TVM 0.27's PrimFunc
+    return [params[int(i)] for i in free or () if int(i) < len(params)]
+
+
 def is_constant_weight(func: tirx.PrimFunc, buffer: tirx.Buffer) -> bool:
     """Whether `buffer` is a parameter of `func` that the network always passes a constant (a weight)."""
-    free = func.attrs.get(LAYOUT_FREE_ATTR) if func.attrs is not None else None
-    if not free:
-        return False
-    params = list(func.params)  # buffers, in TVM 0.27's PrimFunc
-    return any(int(i) < len(params) and params[int(i)].same_as(buffer) for i in free)
+    return any(p.same_as(buffer) for p in constant_weight_params(func))
 
 
 def constant_weight_share(mod: tvm.IRModule) -> float:
     """Bytes of the parameters that the module's main function marks as constant weights (a network's task) over the
     bytes of all its parameters; 0 when none is marked."""
     func = mod["main"]
-    free = {int(i) for i in func.attrs.get(LAYOUT_FREE_ATTR, [])} if func.attrs is not None else set()
-    if not free or any(not isinstance(d, tirx.IntImm) for buf in func.params for d in buf.shape):
+    weights = constant_weight_params(func)
+    if not weights or any(not isinstance(d, tirx.IntImm) for buf in func.params for d in buf.shape):
         return 0.0  # no weight, or a dynamic shape whose bytes are unknown
-    sizes = [math.prod(int(d) for d in buf.shape) * buf.dtype.bits // 8 for buf in func.params]
-    total = sum(sizes)
-    return sum(size for i, size in enumerate(sizes) if i in free) / total if free and total else 0.0
+
+    def size(buf: tirx.Buffer) -> int:
+        return math.prod(int(d) for d in buf.shape) * buf.dtype.bits // 8
+
+    total = sum(size(buf) for buf in func.params)
+    return sum(size(buf) for buf in weights) / total if total else 0.0
 
 
 def has_weight_packing(mod: tvm.IRModule) -> bool:

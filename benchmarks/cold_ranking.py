@@ -15,15 +15,14 @@ import json
 import os
 
 import numpy as np
-from cold_weights import _marked
-from network_tasks import distinct_records, marked_and_plain_tasks, ms_best, open_work_dir, work_dir_parser
+from cold_weights import task_kernels
+from network_tasks import marked_and_plain_tasks, open_work_dir, work_dir_parser
 from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
 
 from drytune.costmodel.calibrate import fit_log_ranking
 from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.model import StaticCostModel
-from drytune.prepack import LAYOUT_FREE_ATTR
 from drytune.records import RecordStore
 
 
@@ -53,14 +52,7 @@ def main() -> int:
     model = StaticCostModel(target)
     groups, feats, hot, cold, shipped = [], [], [], [], []
     for nt, pt in zip(tasks, plain, strict=True):
-        free = nt.task.mod["main"].attrs.get(LAYOUT_FREE_ATTR) if nt.task.mod["main"].attrs else None
-        if not free:
-            continue
-        mods = {f"dt{i}": rec.to_schedule().mod for i, rec in enumerate(distinct_records(store, nt.task)[:per_task])}
-        theirs = ms_best(db, pt.task, target)
-        if theirs is not None:
-            mods["ms"] = _marked(theirs, free)
-        for name, mod in mods.items():
+        for name, mod in task_kernels(nt, pt, store, db, target, per_task).items():
             row = timed.get((nt.name, name))
             if row is None or not np.isfinite(row["cold_s"]):
                 continue

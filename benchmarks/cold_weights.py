@@ -52,14 +52,9 @@ def main() -> int:
     rows, per_task = [], []
     with MeasureWorker() as worker:
         for nt, pt in zip(tasks, plain, strict=True):
-            free = nt.task.mod["main"].attrs.get(LAYOUT_FREE_ATTR) if nt.task.mod["main"].attrs else None
-            if not free:
+            mods = task_kernels(nt, pt, store, db, target, args.per_task)
+            if not mods:
                 continue  # no constant weight: nothing is cold
-            best = distinct_records(store, nt.task)[:args.per_task]
-            mods = {f"dt{i}": rec.to_schedule().mod for i, rec in enumerate(best)}
-            theirs = ms_best(db, pt.task, target)
-            if theirs is not None:  # MetaSchedule tuned the unmarked program: mark its weights as drytune's are
-                mods["ms"] = _marked(theirs, free)
             names = list(mods)
             hot, cold = isolated_times([mods[n] for n in names], target, worker, args.rounds)
             task_rows = []
@@ -102,6 +97,19 @@ def main() -> int:
                                                           "per_line_cycles": cycles, "better": better,
                                                           "worse": worse}, lines)
     return 0
+
+
+def task_kernels(nt, plain_nt, store: RecordStore, db, target, per_task: int) -> dict:
+    """A network task's `per_task` best predictions (dt0, dt1, ...) and MetaSchedule's kernel (ms), by name; empty for
+    a task with no constant weight. MetaSchedule tuned the unmarked program: its weights are marked as drytune's are."""
+    free = nt.task.mod["main"].attrs.get(LAYOUT_FREE_ATTR) if nt.task.mod["main"].attrs else None
+    if not free:
+        return {}
+    mods = {f"dt{i}": rec.to_schedule().mod for i, rec in enumerate(distinct_records(store, nt.task)[:per_task])}
+    theirs = ms_best(db, plain_nt.task, target)
+    if theirs is not None:
+        mods["ms"] = _marked(theirs, free)
+    return mods
 
 
 def _marked(mod, free):

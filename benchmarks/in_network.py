@@ -27,7 +27,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from drytune import zoo
-from drytune.measure import MeasureWorker, measure_modules
+from drytune.measure import MeasureWorker, cold_timing, measure_modules
 from drytune.records import RecordStore
 
 LIBRARIES = {"drytune": "drytune.so", "metaschedule": "ms_long.so"}
@@ -68,8 +68,8 @@ def isolated_times(mods: list, target, worker: MeasureWorker, rounds: int) -> tu
     cold: list[list[float]] = [[] for _ in mods]
     for _ in range(rounds):
         for flush, out in ((False, hot), (True, cold)):
-            res = measure_modules(mods, target, number=1 if flush else 3, repeat=15 if flush else 3,
-                                  min_repeat_ms=0 if flush else 50, flush_cache=flush, worker=worker)
+            timing = cold_timing(15) if flush else {"number": 3, "repeat": 3, "min_repeat_ms": 50}
+            res = measure_modules(mods, target, worker=worker, **timing)
             for got, r in zip(out, res, strict=True):
                 got.append(r.seconds)
     return [statistics.median(t) for t in hot], [statistics.median(t) for t in cold]

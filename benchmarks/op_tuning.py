@@ -30,7 +30,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.model import StaticCostModel
 from drytune.errors import TVM_ERRORS
-from drytune.measure import MeasureWorker, measure_modules
+from drytune.measure import MeasureWorker, cold_timing, measure_modules
 from drytune.search.config import TuneConfig, VerifyConfig
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -164,8 +164,7 @@ def interleaved(mods: dict[str, object], target, rounds: int = 5, extra: dict | 
     """Median seconds of each module (and of each `extra` timing function) in each round, alternating in a round.
     `cold`: every argument but the first flushed before each run, as a network's weights come in."""
     times: dict[str, list[float]] = {k: [] for k in [*mods, *(extra or {})]}
-    timing = ({"number": 1, "repeat": 15, "min_repeat_ms": 0, "flush_cache": True} if cold
-              else {"number": 3, "repeat": 3, "min_repeat_ms": 50})
+    timing = cold_timing(15) if cold else {"number": 3, "repeat": 3, "min_repeat_ms": 50}
     with MeasureWorker() as worker:
         for _ in range(rounds):
             for name, mod in mods.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from ..prepack import LAYOUT_FREE_ATTR
+from ..prepack import constant_weight_params
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
@@ -120,12 +120,9 @@ def weight_lines_per_core(mod: tvm.IRModule, tree: LoopTree, spec: HardwareSpec,
     marked by the importer) that one core reads: in a network each weight was last touched an inference ago,
     so a schedule whose cores all read a whole weight streams it from memory once per core. Not a feature: priced
     per line, it ranked cold kernels no better (benchmarks/cold_weights.py, session 59)."""
-    func = mod["main"]
-    free = func.attrs.get(LAYOUT_FREE_ATTR) if func.attrs is not None else None
-    if not free:
+    weights = {str(buf.name) for buf in constant_weight_params(mod["main"])}
+    if not weights:
         return 0.0
-    params = list(func.params)
-    weights = {str(params[int(i)].name) for i in free if int(i) < len(params)}
     return float(sum(core_footprint_lines(tree, spec, weights, counter).values()))
 
 

@@ -12,7 +12,7 @@ import tvm
 
 from ..annotate.candidate import Candidate
 from ..errors import TVM_ERRORS, DrytuneError
-from ..measure import measure
+from ..measure import cold_timing, measure
 from ..prepack import constant_weight_share
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
@@ -63,7 +63,7 @@ def measure_interleaved(task: Task, candidates: list[Candidate], verify: VerifyC
     (`VerifyConfig.cold_weight_share`)."""
     share, weights = verify.cold_weight_share, constant_weight_share(task.mod)
     if share is not None and weights > 0 and weights >= share:
-        timing = {"number": 1, "repeat": verify.cold_repeat, "min_repeat_ms": 0, "flush_cache": True}
+        timing = cold_timing(verify.cold_repeat)
     else:
         timing = {"repeat": verify.repeat, "min_repeat_ms": verify.min_repeat_ms}
     return measure(task, candidates, check=True, rounds=verify.rounds,
