@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
 
+from ..prepack import constant_weight_params
 from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
 from .config import SpaceConfig
@@ -200,22 +201,26 @@ def _read_elementwise_once(state: SketchState, info: BlockInfo) -> bool:
     return len(info.consumers) == 1 and state.info(info.consumers[0]).is_elementwise_of(info)
 
 
-def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...], rows: bool = False
-             ) -> PackOperand | None:
+def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, ...], rows: bool = False,
+             weights: frozenset[str] = frozenset()) -> PackOperand | None:
     """The packing of the first function input read as [r, s] or [s, r] (after leading batch indices that are
-    other spatial iterators), with r a reduction iterator, by the panel `widths`; None if none is read so."""
+    other spatial iterators), with r a reduction iterator, by the panel `widths`; None if none is read so.
+    A constant weight in `weights` may have several reduction indices before or after s (a convolution's
+    [ry, rx, rc, f]); other inputs would be copied on every call, a whole tensor for little reuse."""
     reduce_names = {n for n, _ in info.reduce}
     batch_names = {n for n, _ in info.spatial} - {s_name}
     for i, acc in enumerate(info.reads):
         if acc.buffer not in params or len(acc.index) < 2 or None in acc.index:
             continue
-        *batch, a, b = acc.index
-        if not set(batch) <= batch_names:
+        nb = 0
+        while nb < len(acc.index) and acc.index[nb] in batch_names:
+            nb += 1
+        body = acc.index[nb:]
+        if len(body) < 2 or (len(body) > 2 and (rows or acc.buffer not in weights)):
             continue
-        if a == s_name and b in reduce_names:
-            return PackOperand(info.name, i, True, widths, len(batch), rows)
-        if b == s_name and a in reduce_names:
-            return PackOperand(info.name, i, False, widths, len(batch), rows)
+        for first, s_at, others in ((True, body[0], body[1:]), (False, body[-1], body[:-1])):
+            if s_at == s_name and set(others) <= reduce_names:
+                return PackOperand(info.name, i, first, widths, nb, rows)
     return None
 
 
@@ -233,12 +238,15 @@ def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> lis
     panels of a few rows, as BLAS packs A), each by widths that divide its extent."""
     if not info.spatial or not info.reduce:
         return []
-    params = {p.name for p in state.sch.mod["main"].params}
+    func = state.sch.mod["main"]
+    params = {p.name for p in func.params}
+    weights = (frozenset(p.name for p in constant_weight_params(func)) if ctx.config.cpu_pack_conv_weights
+               else frozenset())
     lanes = ctx.spec.vector_lanes(32)
     found = []
     s_name, s_extent = info.spatial[-1]
     widths = tuple(w * lanes for w in ctx.config.pack_widths if s_extent % (w * lanes) == 0 and w * lanes < s_extent)
-    if widths and (pack := _pack_of(info, params, s_name, widths)) is not None:
+    if widths and (pack := _pack_of(info, params, s_name, widths, weights=weights)) is not None:
         found.append(pack)
     if len(info.spatial) >= 2:
         row_name, row_extent = info.spatial[-2]

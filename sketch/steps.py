@@ -233,41 +233,45 @@ class RFactor(Step):
 
 @dataclass(frozen=True)
 class PackOperand(Step):
-    """CPU: copy a 2-D input of a reduction into panels, buf[s, r] or buf[r, s] -> packed[s // P, r, s % P].
+    """CPU: copy an input of a reduction into panels, buf[s, r] or buf[r, s] -> packed[s // P, r, s % P].
 
     s is the block's innermost spatial iterator and r a reduction iterator. The inner tile then reads P
     consecutive floats per r step from one stream, instead of rows a whole row apart (a 1024-float row
     stride puts every row of a tile in one L1 set) or, for buf[s, r], a gather. P is a choice hole. The copy
     is a root nest (panels outermost, then r, then the panel's P elements) that the finishing step annotates.
     A batch of such inputs (`batch_dims` leading indices that are output iterators, as batch_matmul's
-    B[b, j, k]) is packed matrix by matrix: packed[b, s // P, r, s % P]. A network's constant weight is packed
-    once at build time, not per call (`drytune.prepack`).
+    B[b, j, k]) is packed matrix by matrix: packed[b, s // P, r, s % P]. A network's convolution weight has
+    several reduction indices, all kept in order inside the panel: w[ry, rx, rc, f] -> packed[f // P, ry, rx, rc,
+    f % P], so that the channels a core computes read one contiguous stream instead of a piece of every 4-KiB
+    row. A network's constant weight is packed once at build time, not per call (`drytune.prepack`).
     """
 
     block: str
     read_index: int
-    spatial_first: bool  # the buffer is indexed [..., s, r] (e.g. a dense weight), else [..., r, s]
+    spatial_first: bool  # the buffer is indexed [..., s, r...] (e.g. a dense weight), else [..., r..., s]
     options: tuple[int, ...]
     batch_dims: int = 0
     rows: bool = False  # panels of a few rows of an input the tile broadcasts (A of a GEMM), not of vectors
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
         width = choose(sch, decider, f"{self.block}/pack{self.read_index}", "pack", self.options)
+        ndim = len(sch.get(sch.get_sblock(self.block)).reads[self.read_index].source.shape)
         cache = sch.cache_read(sch.get_sblock(self.block), self.read_index, "global")
         nb = self.batch_dims
+        s_at = nb if self.spatial_first else ndim - 1
 
         def panels(*index):
-            a, b = index[nb:]
-            s, r = (a, b) if self.spatial_first else (b, a)
-            return (*index[:nb], s // width, r, s % width)
+            rest = [v for i, v in enumerate(index[nb:], nb) if i != s_at]
+            return (*index[:nb], index[s_at] // width, *rest, index[s_at] % width)
 
-        sch.transform_layout(cache, ("write", 0), tirx.IndexMap.from_func(panels, ndim=nb + 2, index_dtype="int32"))
-        first, second = sch.get_loops(cache)[nb:]
-        s_loop, r_loop = (first, second) if self.spatial_first else (second, first)
-        panel, lane = sch.split(s_loop, factors=[None, width])
-        sch.reorder(panel, r_loop, lane)
+        sch.transform_layout(cache, ("write", 0), tirx.IndexMap.from_func(panels, ndim=ndim, index_dtype="int32"))
+        loops = sch.get_loops(cache)
+        panel, lane = sch.split(loops[s_at], factors=[None, width])
+        sch.reorder(panel, *[loop for i, loop in enumerate(loops[nb:], nb) if i != s_at], lane)
         if is_constant_weight(sch.mod["main"], sch.get(cache).reads[0].source):
-            sch.annotate(cache, PREPROC_ATTR, True)  # a network weight: packed once when the network is built
+            # a network weight: packed once when the network is built. 1, not True: a record's trace comes back from
+            # JSON with 1, and a mark that differs from the sketch's replay made every such record unrecognised
+            sch.annotate(cache, PREPROC_ATTR, 1)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,10 @@ from drytune.extract import extract_tasks, fuse
 from drytune.measure import measure
 from drytune.network import load_network
 from drytune.prepack import LAYOUT_FREE_ATTR, has_weight_packing, kernel_as_run
-from drytune.records import RecordStore
+from drytune.records import RecordStore, candidate_from_trace
 from drytune.scheduler.build import build_checked, compile_module, run_executable
+from drytune.sketch.config import SpaceConfig
+from drytune.sketch.steps import pack_steps
 from drytune.space import SearchSpace
 from drytune.target import resolve_target
 from drytune.task import Task
@@ -40,6 +42,19 @@ def _linear():
     tasks = extract_tasks(fused, TARGET)
     (dense,) = [nt for nt in tasks if nt.kind == "matmul"]
     return net, fused, tasks, dense, model, x
+
+
+@functools.cache
+def _conv():
+    """A 3 x 3 convolution with constant weights (16 -> 64 channels, 14 x 14, channels-last) and its task."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 64, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 16, 14, 14)
+    net = load_network(model, (x,), name="conv")
+    fused = fuse(net.mod, TARGET, layout="NHWC")
+    tasks = extract_tasks(fused, TARGET)
+    (conv,) = [nt for nt in tasks if nt.kind == "conv2d"]
+    return net, fused, tasks, conv, model, x
 
 
 def _packed(task: Task) -> Candidate:
@@ -125,3 +140,36 @@ def test_every_searched_sketch_packs_a_constant_weight() -> None:
     for cand in marked.sample(16, seed=2):
         assert has_weight_packing(cand.to_mod())
     assert any(not has_weight_packing(c.to_mod()) for c in unmarked.sample(32, seed=2))
+
+
+def test_a_convolution_weight_is_packed_in_panels_of_output_channels(tmp_path) -> None:
+    net, fused, tasks, conv, model, x = _conv()
+    space = SearchSpace(conv.task)
+    assert space.sketches and all(has_weight_packing(c.to_mod()) for c in space.sample(8, seed=3))
+    cand = _packed(conv.task)
+    shapes = [tuple(int(s) for s in p.shape) for p in kernel_as_run(cand.to_mod())["main"].params]
+    # HWIO (3, 3, 16, 64) -> (64 / P, 3, 3, 16, P): each panel holds all the reduction of P output channels
+    (packed,) = [s for s in shapes if len(s) == 5]
+    assert packed[1:4] == (3, 3, 16) and packed[0] * packed[4] == 64 and packed[4] % 16 == 0
+    assert (3, 3, 16, 64) not in shapes
+    # a convolution whose weight is an input (a single operator) is not packed: that would copy it on every call
+    assert not any(pack_steps(s.steps) for s in SearchSpace(_unmarked(conv.task)).derived)
+    off = SpaceConfig(cpu_pack_conv_weights=False)
+    assert not any(pack_steps(s.steps) for s in SearchSpace(conv.task, config=off).derived)
+    store = RecordStore(str(tmp_path))
+    store.add(cand, 1e-6)
+    built = build_checked(fused, tasks, store, TARGET, reference=lambda: [model(x).detach().numpy()],
+                          inputs=[x.numpy()], rtol=1e-4, atol=1e-4)
+    assert "matches the reference" in built.check
+    assert f"{conv.name}_prepacked" in [gv.name_hint for gv, _ in built.module.functions_items()]
+
+
+@pytest.mark.parametrize("layer", [_linear, _conv], ids=["dense", "conv"])
+def test_a_packed_record_read_back_is_its_candidate(tmp_path, layer) -> None:
+    # the verify phase and a resumed run rebuild candidates from stored traces; the packing's mark comes back from
+    # JSON as 1, and while the sketch wrote True no packed record was recognised (verification skipped those tasks)
+    task = layer()[3].task
+    cand = _packed(task)
+    RecordStore(str(tmp_path)).add(cand, 1e-6)
+    (rec,) = RecordStore(str(tmp_path)).records(task)
+    assert candidate_from_trace(task, SearchSpace(task).derived, rec.trace) == cand
