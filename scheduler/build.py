@@ -84,6 +84,12 @@ def default_schedule_rules(target: Target) -> list:
 def apply_choices(fused: tvm.IRModule, tasks: Sequence, choices: Sequence[Choice], target: Target) -> tvm.IRModule:
     """The fused module with the chosen records applied by `MetaScheduleApplyDatabase`, defaults elsewhere, and
     the weights that schedules pack packed here, once (`drytune.prepack`)."""
+    return fold_weight_packing(scheduled_module(fused, tasks, choices, target))
+
+
+def scheduled_module(fused: tvm.IRModule, tasks: Sequence, choices: Sequence[Choice], target: Target
+                     ) -> tvm.IRModule:
+    """The fused module with the chosen records applied and default schedules elsewhere, weights not packed yet."""
     from tvm.s_tir import dlight as dl
 
     db = ms.database.MemoryDatabase()
@@ -103,7 +109,7 @@ def apply_choices(fused: tvm.IRModule, tasks: Sequence, choices: Sequence[Choice
             if target.kind.name == "cuda":
                 raise
             log.warning("default CPU schedules not applied: %s", err)
-        return fold_weight_packing(mod)
+    return mod
 
 
 def applied_tasks(mod: tvm.IRModule) -> set[str]:
