@@ -14,10 +14,12 @@ width, which is what a search over the width would find, and also the 16-lane on
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 
 import tvm
+import tvm_ffi
 from in_network import isolated_times
 from network_tasks import distinct_records, marked_and_plain_tasks, ms_best, open_work_dir, work_dir_parser
 from report_files import write_report
@@ -25,30 +27,25 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from drytune.measure import MeasureWorker
+from drytune.prepack import LAYOUT_FREE_ATTR
 from drytune.records import RecordStore
 
 
-def conv_weight(mod: tvm.IRModule) -> tuple[str, str] | None:
-    """The block that reduces over a 4-D parameter indexed by plain loop variables (a convolution's HWIO weight),
-    and the parameter's name; None if the kernel has no such read."""
-    func = mod["main"]
-    params = {p.name: p for p in func.params if len(p.shape) == 4}
-    sch = s_tir.Schedule(mod)
-    for block in _all_blocks(sch):
-        stmt = sch.get(block)
-        if not any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in stmt.iter_vars):
-            continue
-        for region in stmt.reads:
-            if region.source.name in params:
-                return stmt.name_hint, region.source.name
+def conv_weight(mod: tvm.IRModule, constants: list[int]) -> tuple[str, str] | None:
+    """The block that reduces over the largest 4-D constant parameter (a convolution's HWIO weight; `constants`: the
+    task's constant parameter positions) and that parameter's name; None if the kernel has no such read."""
+    params = list(mod["main"].params)
+    weights = [params[i] for i in constants if i < len(params) and len(params[i].shape) == 4]
+    if not weights:
+        return None
+    weight = max(weights, key=lambda p: math.prod(int(d) for d in p.shape)).name
+    blocks: list[s_tir.SBlock] = []
+    tvm_ffi.structural_walk(mod["main"].body, [(s_tir.SBlock, blocks.append)], order="pre")
+    for block in blocks:
+        if any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars) and any(
+                region.source.name == weight for region in block.reads):
+            return block.name_hint, weight
     return None
-
-
-def _all_blocks(sch: s_tir.Schedule) -> list:
-    found = []
-    tvm.tirx.stmt_functor.post_order_visit(
-        sch.mod["main"].body, lambda n: found.append(n.name_hint) if isinstance(n, s_tir.SBlock) else None)
-    return [sch.get_sblock(name) for name in found if name != "root"]
 
 
 def in_panels(mod: tvm.IRModule, block: str, weight: str, width: int) -> tvm.IRModule:
@@ -72,11 +69,13 @@ def main() -> int:
     rows = []
     with MeasureWorker() as worker:
         for nt, pt in zip(tasks, plain, strict=True):
+            free = nt.task.func.attrs.get(LAYOUT_FREE_ATTR) if nt.task.func.attrs is not None else None
+            constants = [int(i) for i in free or ()]
             records = distinct_records(store, nt.task)
             kernels = {"drytune": records[0].to_schedule().mod if records else None,
                        "MetaSchedule": ms_best(db, pt.task, target)}
             for who, mod in kernels.items():
-                found = conv_weight(mod) if mod is not None else None
+                found = conv_weight(mod, constants) if mod is not None else None
                 if found is None:
                     continue
                 channels = int(next(p for p in mod["main"].params if p.name == found[1]).shape[3])

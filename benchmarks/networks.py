@@ -23,6 +23,7 @@ Phases (each keeps a model's finished result, so a failed or killed run is resum
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import functools
 import json
@@ -77,6 +78,17 @@ class BenchConfig:
     layout: str = "auto"  # every TVM build gets the same graph: drytune.layout's ("auto": NHWC convs on CPU)
     verify_top_k: int = 3  # the verify phase measures each task's k best predictions
     coefficients: str | None = None  # drytune's cost model with this coefficients file (None: the shipped one)
+    space: tuple[str, ...] = ()  # SpaceConfig fields set for drytune's tuning, as FIELD=VALUE (a Python literal)
+
+    def tune_config(self):
+        """The NetworkTuneConfig that tune_network gets (None: the defaults)."""
+        if not self.space:
+            return None
+        from drytune.scheduler.config import NetworkTuneConfig
+        from drytune.sketch.config import SpaceConfig
+
+        fields = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in self.space)}
+        return NetworkTuneConfig(space=SpaceConfig(**fields))
 
     def cost_model(self) -> functools.partial | None:
         """The cost-model spec that tune_network gets (None: the static model with the shipped file)."""
@@ -182,7 +194,7 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s,
                          work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math,
-                         layout=cfg.layout, cost_model=cfg.cost_model())
+                         layout=cfg.layout, cost_model=cfg.cost_model(), config=cfg.tune_config())
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned.export(os.path.join(mdir, LIBRARIES["drytune"]))
@@ -212,7 +224,8 @@ def verify_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s, work_dir=dst,
                          seed=cfg.seed, progress=False, fast_math=cfg.fast_math, layout=cfg.layout,
-                         verify_top_k=cfg.verify_top_k, cost_model=cfg.cost_model())
+                         verify_top_k=cfg.verify_top_k, cost_model=cfg.cost_model(),
+                         config=cfg.tune_config())
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(mdir, LIBRARIES["drytune_verified"]))
     measured = read_json(os.path.join(dst, MEASURED_FILE)) or {}
@@ -644,6 +657,8 @@ def main() -> int:
     ap.add_argument("--coefficients", default=None, metavar="FILE",
                     help="drytune's static cost model with this coefficients file (default: the one shipped for "
                          "this CPU)")
+    ap.add_argument("--space", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a SpaceConfig field of drytune's search spaces, e.g. cpu_pack_conv_weights=False")
     ap.add_argument("--force", action="store_true", help="redo phases that finished before")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)  # the user's command, for the report
     args = ap.parse_args()
@@ -653,7 +668,7 @@ def main() -> int:
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
                       rounds=args.rounds, fast_math=args.fast_math, layout=args.layout,
-                      verify_top_k=args.verify_top_k, coefficients=args.coefficients)
+                      verify_top_k=args.verify_top_k, coefficients=args.coefficients, space=tuple(args.space))
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..sketch.config import SpaceConfig
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,5 @@ class NetworkTuneConfig:
     # verify_top_k measures only tasks with at least this share of the predicted network latency (weight x best
     # prediction): the smallest of MobileNet-V2's 34 tasks took as long to measure as the largest
     verify_min_share: float = 0.01
+    space: SpaceConfig = field(default_factory=SpaceConfig)  # every task's search space (a resumed or verifying run
+    # must use the one its records were tuned in: records of sketches it does not derive are ignored)

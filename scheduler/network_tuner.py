@@ -13,6 +13,7 @@ from ..annotate.transfer import transfer
 from ..records import RecordStore
 from ..search.scorer import Scorer
 from ..search.tuner import TaskTuner, fit_round
+from ..space import SearchSpace
 from .budget import Budget, TaskBudget
 from .config import GradientConfig, NetworkTuneConfig
 from .task_scheduler import TASK_SCHEDULERS, GradientTaskScheduler, TaskScheduler, TaskState, objective
@@ -165,7 +166,8 @@ class NetworkTuner:
         if i not in self.tuners:
             nt = self.tasks[i]
             strategy = self.limits[i].strategy or self.strategy
-            t = TaskTuner(nt.task, self.scorer, strategy=strategy, store=self.store, seed=self.seed + i)
+            t = TaskTuner(nt.task, self.scorer, strategy=strategy, store=self.store, seed=self.seed + i,
+                          space=SearchSpace(nt.task, config=self.config.space))
             self.tuners[i] = t
             if t.resumed:
                 log.info("task %s: %d records of earlier runs read back", nt.name, t.resumed)

@@ -20,7 +20,10 @@ from drytune.measure import measure
 from drytune.network import load_network
 from drytune.prepack import LAYOUT_FREE_ATTR, has_weight_packing, kernel_as_run
 from drytune.records import Record, RecordStore, candidate_from_trace
+from drytune.scheduler.budget import Budget, TaskBudget
 from drytune.scheduler.build import Choice, build_checked, compile_module, run_executable, scheduled_module
+from drytune.scheduler.config import NetworkTuneConfig
+from drytune.scheduler.network_tuner import NetworkTuner
 from drytune.sketch.config import SpaceConfig
 from drytune.sketch.steps import pack_steps
 from drytune.space import SearchSpace
@@ -201,3 +204,17 @@ def test_weight_packings_fold_in_numpy_as_fold_constant_folds_them(layer) -> Non
     calls, _ = _relax_nodes(split)
     assert _relax_nodes(ours)[0] == calls - 1  # the packing's call is gone, folded into a constant
     assert _relax_nodes(ours) == _relax_nodes(theirs)  # the same packed weight, bit for bit
+
+
+def test_a_network_tuning_config_sets_every_task_space() -> None:
+    tasks = _conv()[2]
+    i = next(k for k, nt in enumerate(tasks) if nt.kind == "conv2d")
+
+    def conv_sketches(config: NetworkTuneConfig | None) -> list:
+        net = NetworkTuner(tasks, [TaskBudget()] * len(tasks), scorer=None, budget=Budget(trials=10), store=None,
+                           work_dir=None, config=config)
+        return net.tuner(i).space.sketches
+
+    assert all(pack_steps(s.steps) for s in conv_sketches(None))
+    off = NetworkTuneConfig(space=SpaceConfig(cpu_pack_conv_weights=False))
+    assert not any(pack_steps(s.steps) for s in conv_sketches(off))
