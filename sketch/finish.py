@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
+from ..prepack import PREPROC_ATTR
 from .analysis import block_names, loop_iter_kinds, loop_kind, loop_stride_bytes
 from .factors import divisors
 from .sketch import Decider, Step
@@ -103,9 +104,12 @@ def nest_heads(sch: s_tir.Schedule) -> tuple[tuple[str, int], ...]:
     """(first block, spatial prefix length) of each loop nest: the fixed set of finishing holes.
 
     Taken on the probe program, where every block with a compute-location hole sits at the root, so it
-    lists the most nests any candidate can have; a candidate's nest uses the holes of the first head in it.
+    lists the most nests any candidate can have; a candidate's nest uses the holes of the first head in it. A nest
+    that only packs a network's weight gets none: the build packs the weight once and drops the nest, so its
+    parallel, vector and unroll choices would change nothing that runs, only thin the search.
     """
-    return tuple((nest[0], len(spatial_prefix(sch, nest))) for nest in loop_nests(sch))
+    return tuple((nest[0], len(spatial_prefix(sch, nest))) for nest in loop_nests(sch)
+                 if not all(PREPROC_ATTR in sch.get(sch.get_sblock(b)).annotations for b in nest))
 
 
 def _annotate_unroll(sch: s_tir.Schedule, block: str, unroll: int) -> None:

@@ -50,15 +50,21 @@ def _linear():
 
 @functools.cache
 def _conv():
-    """A 3 x 3 convolution with constant weights (16 -> 64 channels, 14 x 14, channels-last) and its task."""
+    """A 3 x 3 convolution with constant weights (32 -> 64 channels, 14 x 14, channels-last; a 72-KiB weight) and a
+    depthwise one after it (2.3 KiB): network, fused module, tasks, the first one's task, torch model, input."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(16, 64, 3, padding=1), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 16, 14, 14)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)).eval()
+    x = torch.randn(1, 32, 14, 14)
     net = load_network(model, (x,), name="conv")
     fused = fuse(net.mod, TARGET, layout="NHWC")
     tasks = extract_tasks(fused, TARGET)
-    (conv,) = [nt for nt in tasks if nt.kind == "conv2d"]
+    (conv,) = [nt for nt in tasks if nt.kind == "conv2d" and _weight_shape(nt) == (3, 3, 32, 64)]
     return net, fused, tasks, conv, model, x
+
+
+def _weight_shape(nt) -> tuple[int, ...]:
+    return tuple(int(d) for d in nt.task.func.params[1].shape)
 
 
 def _packed(task: Task) -> Candidate:
@@ -152,14 +158,21 @@ def test_a_convolution_weight_is_packed_in_panels_of_output_channels(tmp_path) -
     assert space.sketches and all(has_weight_packing(c.to_mod()) for c in space.sample(8, seed=3))
     cand = _packed(conv.task)
     shapes = [tuple(int(s) for s in p.shape) for p in kernel_as_run(cand.to_mod())["main"].params]
-    # HWIO (3, 3, 16, 64) -> (64 / P, 3, 3, 16, P): each panel holds all the reduction of P output channels
+    # HWIO (3, 3, 32, 64) -> (64 / P, 3, 3, 32, P): each panel holds all the reduction of P output channels
     (packed,) = [s for s in shapes if len(s) == 5]
-    assert packed[1:4] == (3, 3, 16) and packed[0] * packed[4] == 64 and packed[4] % 16 == 0
-    assert (3, 3, 16, 64) not in shapes
+    assert packed[1:4] == (3, 3, 32) and packed[0] * packed[4] == 64 and packed[4] % 16 == 0
+    assert (3, 3, 32, 64) not in shapes
+    # the depthwise convolution's weight fits in the L1 cache: not packed
+    (depthwise,) = [nt for nt in tasks if _weight_shape(nt) == (3, 3, 1, 64)]
+    assert not any(pack_steps(s.steps) for s in SearchSpace(depthwise.task).derived)
     # a convolution whose weight is an input (a single operator) is not packed: that would copy it on every call
     assert not any(pack_steps(s.steps) for s in SearchSpace(_unmarked(conv.task)).derived)
     off = SpaceConfig(cpu_pack_conv_weights=False)
-    assert not any(pack_steps(s.steps) for s in SearchSpace(conv.task, config=off).derived)
+    unpacked = SearchSpace(conv.task, config=off).derived
+    assert not any(pack_steps(s.steps) for s in unpacked)
+    # the packed sketches choose the panel width and nothing else more: the packing's own nest, dropped at build
+    # time, gets no parallel, vector or unroll holes
+    assert sorted(len(s.holes) for s in space.sketches) == sorted(len(s.holes) + 1 for s in unpacked)
     store = RecordStore(str(tmp_path))
     store.add(cand, 1e-6)
     built = build_checked(fused, tasks, store, TARGET, reference=lambda: [model(x).detach().numpy()],
@@ -207,8 +220,8 @@ def test_weight_packings_fold_in_numpy_as_fold_constant_folds_them(layer) -> Non
 
 
 def test_a_network_tuning_config_sets_every_task_space() -> None:
-    tasks = _conv()[2]
-    i = next(k for k, nt in enumerate(tasks) if nt.kind == "conv2d")
+    _, _, tasks, conv, _, _ = _conv()
+    i = tasks.index(conv)
 
     def conv_sketches(config: NetworkTuneConfig | None) -> list:
         net = NetworkTuner(tasks, [TaskBudget()] * len(tasks), scorer=None, budget=Budget(trials=10), store=None,
