@@ -4,7 +4,8 @@ Each (setting, seed) is tuned in a fresh process (fresh Ray, fresh thread pools)
 one process, interleaved over rounds, and each seed's ratio is the median over rounds of B's latency over A's
 (< 1: B is faster). Settings (`SETTINGS`): `independent` / `transfer` (schedules carried over between similar tasks,
 `NetworkTuneConfig.transfer_seeds`), `lane-hoist` / `no-lane-hoist` (`KernelConfig.hoisted_by_lane`), `session-30` /
-`current` (all of session 31's kernel-model changes).
+`current` (all of session 31's kernel-model changes), `no-conv-panels` / `conv-panels` (a network's convolution weights
+packed in panels, `SpaceConfig.cpu_pack_conv_weights`).
 
     python benchmarks/network_ab.py --settings independent,transfer --model mobilenet_v2 --budget 150 --seeds 0,1
     python benchmarks/network_ab.py --settings no-lane-hoist,lane-hoist --coefficients no-lane-hoist=OLD.json ...
@@ -27,7 +28,8 @@ from report_files import write_report
 
 @dataclass(frozen=True)
 class Setting:
-    """What one arm of the A/B changes: `NetworkTuneConfig` fields and `KernelConfig` fields of the cost model."""
+    """What one arm of the A/B changes: `NetworkTuneConfig` fields (its `space` as a dict of `SpaceConfig` fields) and
+    `KernelConfig` fields of the cost model."""
 
     config: dict = field(default_factory=dict)
     kernel: dict = field(default_factory=dict)
@@ -42,6 +44,9 @@ SETTINGS = {
     "session-30": Setting(kernel={"hoisted_by_lane": False, "join_half_vectors_above": 0,
                                   "llvm_unroll_nest_factor": 1.0}),
     "current": Setting(),
+    # network weights of convolutions packed in panels of output channels (SpaceConfig.cpu_pack_conv_weights)
+    "conv-panels": Setting(config={"space": {"cpu_pack_conv_weights": True}}),
+    "no-conv-panels": Setting(config={"space": {"cpu_pack_conv_weights": False}}),
 }
 
 
@@ -50,7 +55,7 @@ def run_name(setting: str, seed: int) -> str:
 
 
 def tune(model: str, setting: str, seed: int, budget: float, work: str, threads: int,
-         coefficients: str | None) -> None:
+         coefficients: str | None, layout: str = "keep") -> None:
     """One tuning run; writes the exported library and a JSON summary beside it."""
     import functools
 
@@ -58,6 +63,7 @@ def tune(model: str, setting: str, seed: int, budget: float, work: str, threads:
     from drytune.costmodel.model import StaticCostModel
     from drytune.scheduler.config import NetworkTuneConfig
     from drytune.scheduler.tune_network import tune_network
+    from drytune.sketch.config import SpaceConfig
 
     name, arm = run_name(setting, seed), SETTINGS[setting]
     cost_model = None
@@ -67,7 +73,9 @@ def tune(model: str, setting: str, seed: int, budget: float, work: str, threads:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(threads), budget=budget,
                          work_dir=os.path.join(work, name), seed=seed, progress=False, cost_model=cost_model,
-                         config=NetworkTuneConfig(**arm.config))
+                         layout=layout,
+                         config=NetworkTuneConfig(**{k: SpaceConfig(**v) if k == "space" else v
+                                                     for k, v in arm.config.items()}))
     wall = time.perf_counter() - t0
     tuned.export(os.path.join(work, name + ".so"))
     report = tuned.report()
@@ -109,6 +117,8 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--layout", default="keep", help="tune_network's layout (auto: channels-last convolutions on CPU, "
+                    "as networks.py builds them)")
     ap.add_argument("--min-seconds", type=float, default=0.5, help="time per network per round")
     ap.add_argument("--work-dir", default=os.path.join("drytune-work", "network_ab"))
     ap.add_argument("--tag", default=None)
@@ -126,7 +136,8 @@ def main() -> int:
     work = os.path.abspath(os.path.join(args.work_dir, args.model))
     if args.child:
         setting = args.child[0]
-        tune(args.model, setting, int(args.child[1]), args.budget, work, args.threads, coefficients.get(setting))
+        tune(args.model, setting, int(args.child[1]), args.budget, work, args.threads, coefficients.get(setting),
+             args.layout)
         return 0
     os.makedirs(work, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
