@@ -93,14 +93,17 @@ class SpaceConfig:
     # (128x768x768) and 2.7-3.5 against 3.1 and 6.4 ms (128x768x3072); benchmarks/results/
     # weight_packing_bert_base_emeraldrapids_s52.md)
     cpu_pack_weights: bool = True
-    # CPU: a network's constant weight with several reduction indices (a convolution's [ry, rx, rc, f]) larger than
-    # the L1 cache is packable too, into panels of the output channels with all reduction indices inside: the channels
-    # one core computes then come in as one contiguous stream, not as a 64-256-byte piece of every 4-KiB row.
-    # ResNet-50's convolutions timed cold, as in the network: drytune's picks 41.4 -> 35.0 ms (calls x time), one of
-    # them 0.72 -> 0.44 ms, MetaSchedule's kernels 39.6 -> 36.3 ms (benchmarks/results/conv_weight_panels_*_s60.md).
-    # Smaller weights (a depthwise convolution's 1-34 KB in MobileNet-V2) gain nothing, and with them packed
-    # MobileNet-V2's depthwise picks ran up to 3.3x slower in one draw (session 60)
+    # CPU: a network's constant weight with several reduction indices (a convolution's [ry, rx, rc, f]) is packable
+    # too, into panels of the output channels with all reduction indices inside, in tasks whose constant weights are
+    # at least `pack_conv_weight_min_share` of their arguments' bytes: the channels one core computes then come in as
+    # one contiguous stream, not as a 64-256-byte piece of every 4-KiB row. ResNet-50's convolutions timed cold, as in
+    # the network: drytune's picks 41.4 -> 35.0 ms (calls x time), MetaSchedule's kernels 39.6 -> 36.3 ms, the gains
+    # in tasks of shares 0.37 and up (one 0.72 -> 0.44 ms), 0-7% below 0.25 (benchmarks/results/
+    # conv_weight_panels_*_s60.md). MobileNet-V2, whose data is mostly activations, ran 1.08-1.10x slower with every
+    # convolution weight above the L1 size packed (two seeds, benchmarks/results/network_ab_mobilenet_v2_*_s60.md);
+    # its depthwise picks up to 3.3x slower with theirs packed (session 60)
     cpu_pack_conv_weights: bool = True
+    pack_conv_weight_min_share: float = 1 / 3
 
     def __post_init__(self) -> None:
         if self.rfactor_compute_location not in get_args(SumPlacement):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
 
-from ..prepack import constant_weight_params
+from ..prepack import constant_weight_params, constant_weight_share
 from ..target import HardwareSpec
 from .analysis import BlockInfo, analyze_block
 from .config import SpaceConfig
@@ -206,8 +206,8 @@ def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, 
     """The packing of the first function input read as [r, s] or [s, r] (after leading batch indices that are
     other spatial iterators), with r a reduction iterator, by the panel `widths`; None if none is read so.
     A constant weight in `weights` may have several reduction indices before or after s (a convolution's
-    [ry, rx, rc, f]); other inputs would be copied on every call, a whole tensor for little reuse, and weights that
-    fit in the L1 cache (a depthwise convolution's) gain nothing from panels."""
+    [ry, rx, rc, f]) when the caller passes it: only for tasks whose weights are a large share of their data; other
+    inputs would be copied on every call, a whole tensor for little reuse."""
     reduce_names = {n for n, _ in info.reduce}
     batch_names = {n for n, _ in info.spatial} - {s_name}
     for i, acc in enumerate(info.reads):
@@ -223,10 +223,6 @@ def _pack_of(info: BlockInfo, params: set[str], s_name: str, widths: tuple[int, 
             if s_at == s_name and set(others) <= reduce_names:
                 return PackOperand(info.name, i, first, widths, nb, rows)
     return None
-
-
-def _bytes(buffer: tirx.Buffer) -> int:
-    return math.prod(int(d) for d in buffer.shape) * buffer.dtype.bits // 8
 
 
 def rows_share_l1_set(buffer: tirx.Buffer, spec: HardwareSpec) -> bool:
@@ -245,8 +241,9 @@ def packable_reads(state: SketchState, info: BlockInfo, ctx: RuleContext) -> lis
         return []
     func = state.sch.mod["main"]
     params = {p.name for p in func.params}
-    weights = frozenset(p.name for p in constant_weight_params(func)
-                        if ctx.config.cpu_pack_conv_weights and _bytes(p) > ctx.spec.l1_bytes)
+    heavy = (ctx.config.cpu_pack_conv_weights
+             and constant_weight_share(state.sch.mod) >= ctx.config.pack_conv_weight_min_share)
+    weights = frozenset(p.name for p in constant_weight_params(func)) if heavy else frozenset()
     lanes = ctx.spec.vector_lanes(32)
     found = []
     s_name, s_extent = info.spatial[-1]
