@@ -100,8 +100,8 @@ class SpaceConfig:
     # the network: drytune's picks 41.4 -> 35.0 ms (calls x time), MetaSchedule's kernels 39.6 -> 36.3 ms, the gains
     # in tasks of shares 0.37 and up (one 0.72 -> 0.44 ms), 0-7% below 0.25 (benchmarks/results/
     # conv_weight_panels_*_s60.md). MobileNet-V2, whose data is mostly activations, ran 1.08-1.10x slower with every
-    # convolution weight above the L1 size packed (two seeds, benchmarks/results/network_ab_mobilenet_v2_*_s60.md);
-    # its depthwise picks up to 3.3x slower with theirs packed (session 60)
+    # convolution weight above the L1 size packed (two seeds, benchmarks/results/network_ab_mobilenet_v2_*_s60.md;
+    # its depthwise picks up to 3.3x slower with theirs packed), 0.965-1.020x with this share (the same A/B, *_share)
     cpu_pack_conv_weights: bool = True
     pack_conv_weight_min_share: float = 1 / 3
 
