@@ -27,7 +27,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from drytune.measure import MeasureWorker
-from drytune.prepack import LAYOUT_FREE_ATTR
+from drytune.prepack import is_constant_weight
 from drytune.records import RecordStore
 
 
@@ -69,8 +69,7 @@ def main() -> int:
     rows = []
     with MeasureWorker() as worker:
         for nt, pt in zip(tasks, plain, strict=True):
-            free = nt.task.func.attrs.get(LAYOUT_FREE_ATTR) if nt.task.func.attrs is not None else None
-            constants = [int(i) for i in free or ()]
+            constants = [i for i, p in enumerate(nt.task.func.params) if is_constant_weight(nt.task.func, p)]
             records = distinct_records(store, nt.task)
             kernels = {"drytune": records[0].to_schedule().mod if records else None,
                        "MetaSchedule": ms_best(db, pt.task, target)}
