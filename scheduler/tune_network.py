@@ -171,7 +171,7 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
     `min_share` keep the model's choice: measuring them costs as much as measuring a large task and gains nothing
     visible."""
     from ..measure import close_build_pools
-    from ..search.select import SearchError, runs_here, select_best
+    from ..search.select import SearchError, prebuild_verification, runs_here, select_best
     from .report import MEASURED_FILE
 
     if not runs_here(target):
@@ -196,6 +196,7 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
                  len(small), 100 * min_share, ", ".join(small))
     preferred = {}
     try:
+        prebuild_verification([(tuner.tasks[i].task, tuner.tuner(i).archive) for i in chosen], k)
         for i in chosen:
             nt = tuner.tasks[i]
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -11,8 +12,8 @@ import numpy as np
 import tvm
 
 from ..annotate.candidate import Candidate
-from ..errors import TVM_ERRORS, DrytuneError
-from ..measure import cold_timing, measure
+from ..errors import TVM_ERRORS, DrytuneError, InvalidCandidateError
+from ..measure import cold_timing, measure, prebuild
 from ..prepack import constant_weight_share
 from ..task import Task
 from ..verify import check_candidate, random_inputs, run_module
@@ -84,6 +85,28 @@ def verification_set(top: list[tuple[Candidate, float]], k: int,
     return chosen + [x for x in top if id(x[0]) not in taken][: k - len(chosen)]
 
 
+def verification_head(archive: Archive, k: int, verify: VerifyConfig = _VERIFY) -> list[tuple[Candidate, float]]:
+    """The (candidate, prediction) pairs that `select_best(..., verify_top_k=k)` measures."""
+    return verification_set(archive.top(verify.pool if verify.one_per_sketch else k), k, verify.one_per_sketch)
+
+
+def prebuild_verification(work: list[tuple[Task, Archive]], k: int, verify: VerifyConfig = _VERIFY) -> None:
+    """Compile in one batch, on every build process, what `select_best(..., verify_top_k=k)` will then measure for
+    each (task, archive) that runs here: its candidates and the unscheduled program they are checked against. Per
+    task, two candidates and a reference keep two build processes busy only part of the time."""
+    by_target: dict[str, tuple[tvm.target.Target, list[tvm.IRModule]]] = {}
+    for task, archive in work:
+        if k <= 0 or not runs_here(task.target):
+            continue
+        mods = by_target.setdefault(str(task.target), (task.target, []))[1]
+        for cand, _ in verification_head(archive, k, verify):
+            with contextlib.suppress(InvalidCandidateError):
+                mods.append(cand.to_mod())
+        mods.append(task.mod)
+    for target, mods in by_target.values():
+        prebuild(mods, target, verify.build_workers or os.cpu_count() or 1)
+
+
 def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: VerifyConfig = _VERIFY,
                 attempts: int = 8) -> Selection:
     """The best candidate that passes the check, by measured time among the verified top-k, else by prediction.
@@ -100,8 +123,7 @@ def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: 
     measured_top: list[tuple[Candidate, float, float]] = []
     if verify_top_k > 0:
         if local:
-            pool = archive.top(verify.pool) if verify.one_per_sketch else top
-            head = verification_set(pool, verify_top_k, verify.one_per_sketch)
+            head = verification_head(archive, verify_top_k, verify)
             times = measure_interleaved(task, [c for c, _ in head], verify)
             measured_top = [(c, p, float(t)) for (c, p), t in zip(head, times, strict=True)]
             ranked = sorted((x for x in measured_top if math.isfinite(x[2])), key=lambda x: x[2])

@@ -240,3 +240,21 @@ def test_modules_compiled_side_by_side_are_timed_and_checked_like_the_rest(worke
     assert good.max_abs_err is not None and good.max_abs_err < 1e-4
     assert "wrong result" in wrong.error
     assert broken.error.startswith("build failed") and "llvm.aarch64.neon.frecpe" in broken.error
+
+
+def test_prebuilt_libraries_are_the_ones_timed_until_the_pools_close(worker):
+    # verification compiles every task's candidates in one batch, then times them task by task
+    from drytune.measure import _libraries, _prebuilt, close_build_pools, prebuild
+
+    mods = [_scheduled_gemm(), _wrong_gemm()]
+    prebuild([*mods, _gemm()], TARGET, 2)
+    folder = _prebuilt.folder
+    texts = [tvm.ir.save_json(m) for m in [*mods, _gemm()]]
+    libs = _libraries(texts, str(TARGET), 2, "/nonexistent")  # all prebuilt: nothing is compiled into that folder
+    assert all(lib["lib"].startswith(folder) and os.path.exists(lib["lib"]) for lib in libs)
+    good, wrong = measure_modules(mods, TARGET, repeat=2, rounds=2, check_against=_gemm(), worker=worker,
+                                  build_workers=2)
+    assert good.ok and len(good.times) == 2 and good.max_abs_err < 1e-4
+    assert "wrong result" in wrong.error
+    close_build_pools()
+    assert not os.path.exists(folder) and _prebuilt.libs == {}

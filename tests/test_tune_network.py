@@ -183,6 +183,7 @@ def test_cuda_network_builds_with_every_function_scheduled(tmp_path) -> None:
 def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_path, monkeypatch) -> None:
     import shutil
 
+    from drytune.measure import BuildPool
     from drytune.scheduler import tune_network as tn
     from drytune.search import LocalScorer
 
@@ -193,6 +194,10 @@ def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_
     min_share = 0.05
     made = []
     monkeypatch.setattr(tn, "make_scorer", lambda *a, **kw: made.append(a) or LocalScorer())
+    batches = []  # the real build processes, watched: every task's candidates are compiled in one batch
+    compile_batch = BuildPool.compile
+    monkeypatch.setattr(BuildPool, "compile",
+                        lambda pool, jobs: batches.append(jobs) or compile_batch(pool, jobs))
     net = tune_network(model, inputs, budget="96 trials", work_dir=again, num_workers=2, progress=False,
                        verify_top_k=2, config=dataclasses.replace(SMALL, verify_min_share=min_share))
     assert made == []  # the budget was spent: no scorer (no Ray) was started
@@ -205,6 +210,7 @@ def test_verify_top_k_measures_each_task_and_reports_it(resnet_tiny, tuned, tmp_
     assert large and small  # the tiny ResNet has both kinds at 5%
     assert all(rows[n].measured is not None and rows[n].measured > 0 for n in large)
     assert all(rows[n].measured is None for n in small)  # left to the model
+    assert len(batches) == 1 and len(batches[0]) >= 2 * len(large)  # then timed task by task, compiling nothing
     assert net.phase_seconds["verify"] > 0
     assert "matches the reference" in net.check
 
