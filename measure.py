@@ -174,17 +174,20 @@ class _Runner:
         rt_mod[name](*args)
         return args
 
-    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int,
-                   lib: str | None = None) -> tuple[list[np.ndarray], list[int]]:
-        """The reference's parameter arrays after one run on the seeded inputs, and its output indices."""
+    def _reference(self, ref_json: str, target: tvm.target.Target, seed: int, lib: str | None = None,
+                   outputs: str | None = None) -> tuple[list[np.ndarray], list[int]]:
+        """The reference's parameter arrays after one run on the seeded inputs, and its output indices: read from
+        `outputs` where a build process ran it (`_compile_library`), else built (or loaded from `lib`) and run."""
         key = hashlib.sha1(f"{seed}:{ref_json}".encode()).hexdigest()
         if key not in self.refs:
-            ref = tvm.ir.load_json(ref_json)
-            rt_mod, name = self._build(ref, target, lib)
-            inputs = random_arrays(_signature(ref[name]), seed)
             self.refs.clear()  # keep one reference: they can be large
-            arrays = [a.numpy() for a in self._run_once(rt_mod, name, inputs)]
-            self.refs[key] = (arrays, _written_params(ref[name]))
+            if outputs is not None:
+                self.refs[key] = _load_reference_outputs(outputs)
+            else:
+                ref = tvm.ir.load_json(ref_json)
+                rt_mod, name = self._build(ref, target, lib)
+                arrays = [a.numpy() for a in self._run_once(rt_mod, name, random_arrays(_signature(ref[name]), seed))]
+                self.refs[key] = (arrays, _written_params(ref[name]))
         return self.refs[key]
 
     def measure(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +219,8 @@ class _Runner:
             if job["ref"] is not None:
                 func = mod[name]
                 signature = _signature(func)
-                expected, ref_outputs = self._reference(job["ref"], target, job["seed"], job.get("ref_lib"))
+                expected, ref_outputs = self._reference(job["ref"], target, job["seed"], job.get("ref_lib"),
+                                                        job.get("ref_outputs"))
                 if [(a.shape, str(a.dtype)) for a in expected] != signature:
                     return {**out, "error": "signature differs from the reference module"}
                 got = self._run_once(rt_mod, name, inputs if as_run is None else random_arrays(signature, job["seed"]))
@@ -383,22 +387,38 @@ def _default_worker() -> MeasureWorker:
     return _shared_worker
 
 
-def _compile_library(mod_json: str, target_json: str, path: str) -> dict[str, Any]:
+def _compile_library(mod_json: str, target_json: str, path: str, run_seed: int | None = None) -> dict[str, Any]:
     """Build-process side: compile a module (and, where it packs weights, the kernel as the network runs it) into
     shared libraries; their paths and the seconds it took, or {} when it fails (the worker then builds it and
-    reports the failure as usual)."""
+    reports the failure as usual). With `run_seed` (a reference to check against) it is also run once on the seeded
+    inputs and its arrays saved, so that the measuring worker does not spend its time on the unscheduled program."""
     t0 = time.perf_counter()
     try:
         target = tvm.target.Target(json.loads(target_json))
         mod = tvm.ir.load_json(mod_json)
         tvm.compile(mod, target=target).export_library(path)
         out: dict[str, Any] = {"lib": path}
+        if run_seed is not None:
+            name = _entry_name(mod)
+            dev = tvm.cpu(0)
+            args = [tvm.runtime.tensor(a, dev) for a in random_arrays(_signature(mod[name]), run_seed)]
+            tvm.runtime.load_module(path)[name](*args)
+            np.savez(path + ".out.npz", written=np.array(_written_params(mod[name])),
+                     **{f"a{i}": a.numpy() for i, a in enumerate(args)})
+            out["ref_outputs"] = path + ".out.npz"
         if has_weight_packing(mod):
             tvm.compile(kernel_as_run(mod), target=target).export_library(path + ".as_run.so")
             out["as_run_lib"] = path + ".as_run.so"
     except Exception:
         return {}
     return {**out, "build_s": time.perf_counter() - t0}
+
+
+def _load_reference_outputs(path: str) -> tuple[list[np.ndarray], list[int]]:
+    """A reference's arrays after its run and its output indices, as `_compile_library` saved them."""
+    with np.load(path) as saved:
+        n = sum(1 for key in saved.files if key.startswith("a"))
+        return [saved[f"a{i}"] for i in range(n)], [int(i) for i in saved["written"]]
 
 
 class BuildPool:
@@ -410,9 +430,9 @@ class BuildPool:
         self.timeout_s = timeout_s
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
-    def compile(self, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-        """One result of `_compile_library` per (module JSON, target JSON, library path); {} where a build failed,
-        crashed its process or timed out (the pool is then replaced)."""
+    def compile(self, jobs: list[tuple]) -> list[dict[str, Any]]:
+        """One result of `_compile_library` per (module JSON, target JSON, library path[, run seed]); {} where a
+        build failed, crashed its process or timed out (the pool is then replaced)."""
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, multiprocessing.get_context("spawn"))
         futures = [self._pool.submit(_compile_library, *job) for job in jobs]
@@ -454,36 +474,44 @@ class _Prebuilt:
 _prebuilt = _Prebuilt()
 
 
-def _library_key(text: str, target_json: str) -> str:
-    return hashlib.sha1(f"{target_json}:{text}".encode()).hexdigest()
+def _library_key(text: str, target_json: str, run_seed: int | None) -> str:
+    return hashlib.sha1(f"{target_json}:{run_seed}:{text}".encode()).hexdigest()
 
 
-def _libraries(texts: list[str], target_json: str, workers: int, lib_dir: str) -> list[dict[str, Any]]:
-    """`_compile_library`'s result for each module JSON: from `prebuild` where it compiled it, else compiled now
-    into `lib_dir`, all in one batch on `workers` processes."""
-    missing = [i for i, text in enumerate(texts) if _library_key(text, target_json) not in _prebuilt.libs]
-    jobs = [(texts[i], target_json, os.path.join(lib_dir, f"m{i}.so")) for i in missing]
-    fresh = dict(zip(missing, _build_pool(workers).compile(jobs) if jobs else [], strict=True))
-    return [fresh[i] if i in fresh else _prebuilt.libs[_library_key(text, target_json)]
-            for i, text in enumerate(texts)]
+def _libraries(jobs: list[tuple[str, int | None]], target_json: str, workers: int,
+               lib_dir: str) -> list[dict[str, Any]]:
+    """`_compile_library`'s result for each (module JSON, run seed): from `prebuild` where it compiled it, else
+    compiled now into `lib_dir`, all in one batch on `workers` processes."""
+    keys = [_library_key(text, target_json, seed) for text, seed in jobs]
+    missing = [i for i, key in enumerate(keys) if key not in _prebuilt.libs]
+    fresh = dict(zip(missing, _build_pool(workers).compile(
+        [(jobs[i][0], target_json, os.path.join(lib_dir, f"m{i}.so"), jobs[i][1]) for i in missing]) if missing else [],
+        strict=True))
+    return [fresh[i] if i in fresh else _prebuilt.libs[key] for i, key in enumerate(keys)]
 
 
-def prebuild(mods: list[tvm.IRModule], target: tvm.target.Target, build_workers: int) -> None:
-    """Compile modules that later `measure_modules(..., build_workers=...)` calls will time, all in one batch.
+def prebuild(mods: list[tvm.IRModule], target: tvm.target.Target, build_workers: int, *,
+             references: list[tvm.IRModule] = (), seed: int = DEFAULTS.seed) -> None:
+    """Compile modules that later `measure_modules(..., build_workers=...)` calls will time, all in one batch, and
+    compile and run the `references` they will be checked against (on the inputs of `seed`).
 
     A caller that measures many small sets (verification: two candidates and a reference per task) otherwise
     leaves build processes idle at the end of every set. The libraries are kept until `close_build_pools()`."""
+    if build_workers < 2:
+        return
     target_json = str(target)
-    texts = list(dict.fromkeys(t for t in (_serialize(m) for m in mods)
-                               if _library_key(t, target_json) not in _prebuilt.libs))
-    if not texts or build_workers < 2:
+    wanted = [(_serialize(m), None) for m in mods] + [(_serialize(m), seed) for m in references]
+    jobs = [j for j in dict.fromkeys(wanted) if _library_key(j[0], target_json, j[1]) not in _prebuilt.libs]
+    if not jobs:
         return
     if _prebuilt.folder is None:
         _prebuilt.folder = tempfile.mkdtemp(prefix="drytune-prebuilt-")
     n = len(_prebuilt.libs)
-    jobs = [(t, target_json, os.path.join(_prebuilt.folder, f"p{n + i}.so")) for i, t in enumerate(texts)]
-    for text, result in zip(texts, _build_pool(build_workers).compile(jobs), strict=True):
-        _prebuilt.libs[_library_key(text, target_json)] = result
+    results = _build_pool(build_workers).compile(
+        [(text, target_json, os.path.join(_prebuilt.folder, f"p{n + i}.so"), run_seed)
+         for i, (text, run_seed) in enumerate(jobs)])
+    for (text, run_seed), result in zip(jobs, results, strict=True):
+        _prebuilt.libs[_library_key(text, target_json, run_seed)] = result
 
 
 def _build_pool(workers: int) -> BuildPool:
@@ -571,11 +599,12 @@ def measure_modules(
     lib_dir = tempfile.mkdtemp(prefix="drytune-libs-") if build_workers > 1 else None
     try:
         if lib_dir is not None:
-            wanted = [text for text in texts if text] + ([ref_json] if ref_json is not None else [])
+            wanted = [(text, None) for text in texts if text] + ([(ref_json, seed)] if ref_json is not None else [])
             built = iter(_libraries(wanted, base["target"], build_workers, lib_dir))
             libs = [next(built) if text else {} for text in texts]
             if ref_json is not None:
-                base["ref_lib"] = next(built).get("lib")
+                ref = next(built)
+                base["ref_lib"], base["ref_outputs"] = ref.get("lib"), ref.get("ref_outputs")
         _time_rounds(texts, libs, base, results, per_round, rounds, timeout_s, worker)
     finally:
         if lib_dir is not None:

@@ -94,17 +94,17 @@ def prebuild_verification(work: list[tuple[Task, Archive]], k: int, verify: Veri
     """Compile in one batch, on every build process, what `select_best(..., verify_top_k=k)` will then measure for
     each (task, archive) that runs here: its candidates and the unscheduled program they are checked against. Per
     task, two candidates and a reference keep two build processes busy only part of the time."""
-    by_target: dict[str, tuple[tvm.target.Target, list[tvm.IRModule]]] = {}
+    by_target: dict[str, tuple[tvm.target.Target, list[tvm.IRModule], list[tvm.IRModule]]] = {}
     for task, archive in work:
         if k <= 0 or not runs_here(task.target):
             continue
-        mods = by_target.setdefault(str(task.target), (task.target, []))[1]
+        _, mods, references = by_target.setdefault(str(task.target), (task.target, [], []))
         for cand, _ in verification_head(archive, k, verify):
             with contextlib.suppress(InvalidCandidateError):
                 mods.append(cand.to_mod())
-        mods.append(task.mod)
-    for target, mods in by_target.values():
-        prebuild(mods, target, verify.build_workers or os.cpu_count() or 1)
+        references.append(task.mod)
+    for target, mods, references in by_target.values():
+        prebuild(mods, target, verify.build_workers or os.cpu_count() or 1, references=references)
 
 
 def select_best(task: Task, archive: Archive, *, verify_top_k: int = 0, verify: VerifyConfig = _VERIFY,

@@ -247,11 +247,12 @@ def test_prebuilt_libraries_are_the_ones_timed_until_the_pools_close(worker):
     from drytune.measure import _libraries, _prebuilt, close_build_pools, prebuild
 
     mods = [_scheduled_gemm(), _wrong_gemm()]
-    prebuild([*mods, _gemm()], TARGET, 2)
+    prebuild(mods, TARGET, 2, references=[_gemm()])
     folder = _prebuilt.folder
-    texts = [tvm.ir.save_json(m) for m in [*mods, _gemm()]]
-    libs = _libraries(texts, str(TARGET), 2, "/nonexistent")  # all prebuilt: nothing is compiled into that folder
+    jobs = [(tvm.ir.save_json(m), None) for m in mods] + [(tvm.ir.save_json(_gemm()), 0)]
+    libs = _libraries(jobs, str(TARGET), 2, "/nonexistent")  # all prebuilt: nothing is compiled into that folder
     assert all(lib["lib"].startswith(folder) and os.path.exists(lib["lib"]) for lib in libs)
+    assert "ref_outputs" not in libs[0] and os.path.exists(libs[2]["ref_outputs"])  # the reference was run there
     good, wrong = measure_modules(mods, TARGET, repeat=2, rounds=2, check_against=_gemm(), worker=worker,
                                   build_workers=2)
     assert good.ok and len(good.times) == 2 and good.max_abs_err < 1e-4
