@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -139,9 +140,8 @@ class _Runner:
         self.dev = tvm.cpu(0)
         self.refs: dict[str, tuple[list[np.ndarray], list[int]]] = {}
         self.built: collections.OrderedDict[str, tuple[Any, str]] = collections.OrderedDict()
-        # a module's parsed form, the kernel as the network runs it, and the inputs it is timed on, kept as long as
-        # its build: later rounds of interleaved timing skip parsing the JSON again (a fifth of a round's time on
-        # ResNet-50's convolutions)
+        # a module's parsed form and the kernel as the network runs it, kept as long as its build: later rounds of
+        # interleaved timing skip parsing the JSON again (a fifth of a round's time on ResNet-50's convolutions)
         self.parsed: collections.OrderedDict[str, tuple[tvm.IRModule, tvm.IRModule | None]] = \
             collections.OrderedDict()
 
@@ -465,7 +465,7 @@ _build_pools: dict[int, BuildPool] = {}
 
 @dataclass
 class _Prebuilt:
-    """Libraries that `prebuild` compiled: hash of (target, module JSON) -> `_compile_library`'s result."""
+    """Libraries that `prebuild` compiled: hash of (target, run seed, module JSON) -> `_compile_library`'s result."""
 
     libs: dict[str, dict[str, Any]] = field(default_factory=dict)
     folder: str | None = None
@@ -491,7 +491,7 @@ def _libraries(jobs: list[tuple[str, int | None]], target_json: str, workers: in
 
 
 def prebuild(mods: list[tvm.IRModule], target: tvm.target.Target, build_workers: int, *,
-             references: list[tvm.IRModule] = (), seed: int = DEFAULTS.seed) -> None:
+             references: Sequence[tvm.IRModule] = (), seed: int = DEFAULTS.seed) -> None:
     """Compile modules that later `measure_modules(..., build_workers=...)` calls will time, all in one batch, and
     compile and run the `references` they will be checked against (on the inputs of `seed`).
 
