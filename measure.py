@@ -185,9 +185,7 @@ class _Runner:
                 self.refs[key] = _load_reference_outputs(outputs)
             else:
                 ref = tvm.ir.load_json(ref_json)
-                rt_mod, name = self._build(ref, target, lib)
-                arrays = [a.numpy() for a in self._run_once(rt_mod, name, random_arrays(_signature(ref[name]), seed))]
-                self.refs[key] = (arrays, _written_params(ref[name]))
+                self.refs[key] = _run_reference(self._build(ref, target, lib)[0], ref, seed)
         return self.refs[key]
 
     def measure(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -399,12 +397,8 @@ def _compile_library(mod_json: str, target_json: str, path: str, run_seed: int |
         tvm.compile(mod, target=target).export_library(path)
         out: dict[str, Any] = {"lib": path}
         if run_seed is not None:
-            name = _entry_name(mod)
-            dev = tvm.cpu(0)
-            args = [tvm.runtime.tensor(a, dev) for a in random_arrays(_signature(mod[name]), run_seed)]
-            tvm.runtime.load_module(path)[name](*args)
-            np.savez(path + ".out.npz", written=np.array(_written_params(mod[name])),
-                     **{f"a{i}": a.numpy() for i, a in enumerate(args)})
+            arrays, written = _run_reference(tvm.runtime.load_module(path), mod, run_seed)
+            np.savez(path + ".out.npz", written=np.array(written), **{f"a{i}": a for i, a in enumerate(arrays)})
             out["ref_outputs"] = path + ".out.npz"
         if has_weight_packing(mod):
             tvm.compile(kernel_as_run(mod), target=target).export_library(path + ".as_run.so")
@@ -412,6 +406,15 @@ def _compile_library(mod_json: str, target_json: str, path: str, run_seed: int |
     except Exception:
         return {}
     return {**out, "build_s": time.perf_counter() - t0}
+
+
+def _run_reference(rt_mod: Any, ref: tvm.IRModule, seed: int) -> tuple[list[np.ndarray], list[int]]:
+    """The reference's parameter arrays after one run of its built `rt_mod` on the seeded inputs, and its output
+    indices (the measuring worker's check, or a build process running it ahead of the worker)."""
+    name = _entry_name(ref)
+    args = [tvm.runtime.tensor(a, tvm.cpu(0)) for a in random_arrays(_signature(ref[name]), seed)]
+    rt_mod[name](*args)
+    return [a.numpy() for a in args], _written_params(ref[name])
 
 
 def _load_reference_outputs(path: str) -> tuple[list[np.ndarray], list[int]]:
