@@ -169,11 +169,6 @@ class _Runner:
         _keep_recent(self.parsed, key, max(self.built_kept, keep))
         return self.parsed[key]
 
-    def _run_once(self, rt_mod: Any, name: str, inputs: list[np.ndarray]) -> list[Any]:
-        args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
-        rt_mod[name](*args)
-        return args
-
     def _reference(self, ref_json: str, target: tvm.target.Target, seed: int, lib: str | None = None,
                    outputs: str | None = None) -> tuple[list[np.ndarray], list[int]]:
         """The reference's parameter arrays after one run on the seeded inputs, and its output indices: read from
@@ -221,7 +216,7 @@ class _Runner:
                                                         job.get("ref_outputs"))
                 if [(a.shape, str(a.dtype)) for a in expected] != signature:
                     return {**out, "error": "signature differs from the reference module"}
-                got = self._run_once(rt_mod, name, inputs if as_run is None else random_arrays(signature, job["seed"]))
+                got = _run_once(rt_mod, name, inputs if as_run is None else random_arrays(signature, job["seed"]))
                 err = 0.0
                 close = True
                 for i in sorted(set(ref_outputs) | set(_written_params(func))):
@@ -412,9 +407,15 @@ def _run_reference(rt_mod: Any, ref: tvm.IRModule, seed: int) -> tuple[list[np.n
     """The reference's parameter arrays after one run of its built `rt_mod` on the seeded inputs, and its output
     indices (the measuring worker's check, or a build process running it ahead of the worker)."""
     name = _entry_name(ref)
-    args = [tvm.runtime.tensor(a, tvm.cpu(0)) for a in random_arrays(_signature(ref[name]), seed)]
-    rt_mod[name](*args)
+    args = _run_once(rt_mod, name, random_arrays(_signature(ref[name]), seed))
     return [a.numpy() for a in args], _written_params(ref[name])
+
+
+def _run_once(rt_mod: Any, name: str, inputs: list[np.ndarray]) -> list[Any]:
+    """The device arrays of `inputs` after one call of `rt_mod`'s `name` on them (on the CPU)."""
+    args = [tvm.runtime.tensor(a, tvm.cpu(0)) for a in inputs]
+    rt_mod[name](*args)
+    return args
 
 
 def _load_reference_outputs(path: str) -> tuple[list[np.ndarray], list[int]]:
