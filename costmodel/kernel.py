@@ -79,6 +79,14 @@ class KernelConfig:
     # credit SLP packing of a multiply-add body's copies whose loads walk memory in a small stride (pooling windows,
     # copies and max keep it: they interleave)
     slp_strided: bool = False
+    # ... but a multiply-add body's copies whose stride-2 (or 3, 4) loads do not reach into the next copy's elements
+    # (the window's offsets iterate outside the body) are packed, with two wide loads and a permute per vector
+    # (MetaSchedule's depthwise_conv2d_s2 kernel on Zen 5: 56 unrolled x copies, `vpermt2ps`)
+    slp_strided_apart: bool = True
+    # LLVM's SLP vectorizer packs the copies (a vector's worth or more) of a loop that TVM scalarized for a padding
+    # guard, then unrolled, when the guard can fail in at most this many copies (the edges: the others' conditions
+    # fold to true), with masked loads
+    slp_guarded_lanes: int = 2
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
     # LLVM's loop vectorizer gathers a strided load of a multiply-add body whose copies reach into the next lane's
     # elements (a 3-wide window at stride 2: offsets 0, 1, 2), on every AVX-512 CPU checked (znver4, znver5,
@@ -303,6 +311,25 @@ def _copies_overlap(acc: Access, stride: int, body: dict[str, int]) -> bool:
     return sum(abs(coeffs.get(var, 0)) * (extent - 1) for var, extent in body.items()) >= stride
 
 
+def guarded_lanes(leaf: StmtLeaf, var: str, extent: int, path: list[LoopNode]) -> int:
+    """How many of the `extent` values of `var` (each copy of an unrolled loop) may fail one of the statement's
+    select guards that depend on `var`, for some value of the other loops in `path` (guards the same for every copy
+    do not count); all of them when a guard is not affine or reads a variable of no loop there."""
+    guards = leaf.guard_conditions
+    extents = {lp.var: lp.extent for lp in path}
+    if guards is None or any(v not in extents for g in guards for v in g.loop_vars()):
+        return extent
+    others = {v: e for v, e in extents.items() if v != var}
+    failing = 0
+    for value in range(extent):
+        for g in guards:
+            coef = g.coeffs.get(var, 0)
+            if coef and g.add(IndexExpr.var(var, coef, -coef * value), -1).interval(others)[0] < 0:
+                failing += 1
+                break
+    return failing
+
+
 def _access_vars(acc: Access) -> set[str]:
     """The loop variables `acc`'s indices read."""
     return set().union(*(ix.loop_vars() for ix in acc.indices))
@@ -482,6 +509,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         return all(_access_kind(a, var) != "gather" for a in in_memory)
 
     lanes_unrolled = None
+    slp_fma = False  # a multiply-add body whose copies LLVM's SLP vectorizer packed
     vectorized_iterating = False  # LLVM's loop vectorizer took the loop that iterates the body
     if vec_loop is not None and in_regs and cfg.auto_vectorize:
         # a TVM vector written to a register array is only its elements: LLVM may vectorize the loop around
@@ -523,13 +551,27 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     if vec_loop is None and cfg.slp_vectorize and out is not None:
         # LLVM's SLP vectorizer packs the copies of an unrolled spatial loop that writes contiguous elements
         # (not across guarded loads: each copy's guard is a branch)
+        # the relaxations below hold for bodies whose reduction loops iterate outside (checked in the assembly: with
+        # the reduction window's loop unrolled too, most copies stay scalar)
+        plain = not any(b.extent > 1 and b.var not in out_vars for b in body)
+
+        def packs(a: Access, lp: LoopNode) -> bool:  # the SLP vectorizer packs the copies of a multiply-add's load
+            kind = _access_kind(a, lp.var)
+            if kind in ("contig", "scalar") or cfg.slp_strided:
+                return True
+            others = {b.var: b.extent for b in body if b is not lp and b.extent > 1}
+            return kind == "strided" and cfg.slp_strided_apart and plain \
+                and not _copies_overlap(a, _vector_stride(a, lp.var) or 1, others)
+
         vec_loop = next((lp for lp in body if lp.extent >= cfg.slp_min and lp.var in out_vars
                          and _access_kind(out, lp.var) == "contig"
-                         and lp.var not in leaf.guard_vars
+                         and (lp.var not in leaf.guard_vars
+                              or (plain and lp.extent >= lanes and lp not in by_llvm
+                                  and guarded_lanes(leaf, lp.var, lp.extent, path) <= cfg.slp_guarded_lanes))
                          and no_gathers(lp.var)
-                         and (cfg.slp_strided or not leaf.ops.get("fma")
-                              or all(_access_kind(a, lp.var) in ("contig", "scalar") for a in in_memory))), None)
+                         and (not leaf.ops.get("fma") or all(packs(a, lp) for a in in_memory))), None)
         vec = vec_loop.var if vec_loop is not None else None
+        slp_fma = vec_loop is not None and bool(leaf.ops.get("fma"))
     e_v = vec_loop.extent if vec_loop is not None else 1
     vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
     pieces = _memory_pieces(e_v, lanes) if vec_loop is not None else 1
@@ -586,7 +628,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             shuffles += n * e_v * cfg.lane_insert_cost / share
         elif kind == "strided":
             stride = _vector_stride(a, vec) or 1
-            if (cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled)) or (
+            if (not slp_fma and cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled)) or (
                     cfg.overlapping_strides_gather and vectorized_iterating and leaf.ops.get("fma")
                     and _copies_overlap(a, stride, unrolled)):
                 gathers += n * e_v / share

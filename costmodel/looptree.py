@@ -320,6 +320,8 @@ class StmtLeaf:
     predicated: bool = False  # block predicate or IfThenElse around it
     has_select: bool = False  # if_then_else / select in the value
     guard_vars: frozenset[str] = frozenset()  # loop variables the conditions of those selects depend on
+    # those conditions as affine guards (`expr >= 0`, all must hold); None when one is not affine
+    guard_conditions: tuple[IndexExpr, ...] | None = ()
     init: bool = False  # reduction init (runs once per spatial point)
     trips: int = 1  # product of the enclosing loop extents
 
@@ -400,6 +402,7 @@ class _Builder:
         self.bound_tags: dict[str, tuple[str, int]] = {}  # thread tag -> (loop var, extent) of enclosing loops
         self.seen: set[tuple[int, bool]] = set()  # subexpressions of the current statement already counted
         self.guard_vars: frozenset[str] = frozenset()  # loop variables of the current statement's select conditions
+        self.guard_conds: tuple[IndexExpr, ...] | None = ()  # those conditions as affine guards (None: not affine)
 
     # -- expressions ----------------------------------------------------------------------------
     def index(self, e) -> IndexExpr:
@@ -485,6 +488,16 @@ class _Builder:
             return self._interval(e.value)
         return -math.inf, math.inf
 
+    def affine_guards(self, cond) -> tuple[IndexExpr, ...] | None:
+        """A conjunction of affine comparisons as guards (`expr >= 0`); None when any part is something else."""
+        if isinstance(cond, tirx.And):
+            a, b = self.affine_guards(cond.a), self.affine_guards(cond.b)
+            return None if a is None or b is None else a + b
+        if isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ)):
+            guards, _ = self.conditions(cond)
+            return tuple(guards) if guards and all(g.affine for g in guards) else None
+        return None
+
     def conditions(self, cond) -> tuple[list[IndexExpr], bool]:
         """Affine guards (`expr >= 0`) implied by a boolean condition; flag = condition was non-trivial."""
         if isinstance(cond, tirx.IntImm):
@@ -567,6 +580,8 @@ class _Builder:
             args = [e.condition, e.true_value, e.false_value] if isinstance(e, tirx.Select) else list(e.args)
             self.value(args[0], ops, loads, conditional)
             self.guard_vars |= self._expr_vars(args[0])
+            guards = self.affine_guards(args[0])
+            self.guard_conds = None if guards is None or self.guard_conds is None else self.guard_conds + guards
             for a in args[1:]:
                 self.value(a, ops, loads, True)
             return True
@@ -601,13 +616,13 @@ class _Builder:
         if isinstance(s, tirx.BufferStore):
             ops: Counter = Counter()
             loads: list[Access] = []
-            self.seen, self.guard_vars = set(), frozenset()
+            self.seen, self.guard_vars, self.guard_conds = set(), frozenset(), ()
             sel = self.value(s.value, ops, loads)
             for i in s.indices:
                 sel |= self.value(i, Counter(), loads)
             ops["store"] += 1
             store = self._buffer_access(s.buffer, s.indices, True, False)
-            return [ctx.leaf([store, *loads], ops, sel, self.guard_vars)]
+            return [ctx.leaf([store, *loads], ops, sel, self.guard_vars, self.guard_conds)]
         if isinstance(s, tirx.IfThenElse):
             conds, _ = self.conditions(s.condition)
             inner = ctx.guarded(conds)
@@ -621,9 +636,9 @@ class _Builder:
         if isinstance(s, tirx.Evaluate):
             ops = Counter()
             loads = []
-            self.seen, self.guard_vars = set(), frozenset()
+            self.seen, self.guard_vars, self.guard_conds = set(), frozenset(), ()
             sel = self.value(s.value, ops, loads)
-            return [ctx.leaf(loads, ops, sel, self.guard_vars)] if loads else []
+            return [ctx.leaf(loads, ops, sel, self.guard_vars, self.guard_conds)] if loads else []
         if isinstance(s, tirx.AttrStmt):
             return self.stmt(s.body, ctx)
         if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.AssertStmt)):
@@ -696,7 +711,8 @@ class _Ctx:
         return _Ctx(self.depth, self.trips, self.block, self.conds, self.predicated, True)
 
     def leaf(self, accesses: list[Access], ops: Counter, has_select: bool,
-             guard_vars: frozenset[str] = frozenset()) -> StmtLeaf:
+             guard_vars: frozenset[str] = frozenset(),
+             guard_conditions: tuple[IndexExpr, ...] | None = ()) -> StmtLeaf:
         return StmtLeaf(
             block=self.block,
             accesses=accesses,
@@ -706,6 +722,7 @@ class _Ctx:
             predicated=self.predicated,
             has_select=has_select,
             guard_vars=guard_vars,
+            guard_conditions=guard_conditions,
             init=self.init,
             trips=self.trips,
         )

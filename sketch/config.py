@@ -61,6 +61,11 @@ class SpaceConfig:
     # AutoInline(disallow_if_then_else) does; inlined padding guards every load of the convolution's inner loop
     # (ResNet-50 3x3 convolutions on Zen 3: best of 32 random candidates 2.1-2.4x faster without it)
     cpu_inline_conditional: bool = False
+    # CPU: ... but inlining is one of the places its compute-location hole may choose (MetaSchedule's
+    # SampleComputeLocation offers it too): with the whole output row unrolled, LLVM folds the guards of all but the
+    # edge copies and packs them (depthwise_conv2d_s2 on Zen 5: MetaSchedule's inlined kernel ran 113 us, the best
+    # we found with the padding at a loop 142 us)
+    cpu_inline_conditional_hole: bool = True
     # CPU: a block that calls exp/log/tanh/... and has several consumers is not inlined (that would compute it once
     # per consumer, as softmax's exp in both the sum and the normalisation) but computed once, at the loop of the
     # consumer that the others feed (MetaSchedule's CPU AutoInline never inlines exp)

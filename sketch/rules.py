@@ -398,7 +398,8 @@ def anchor_consumer(state: SketchState, info: BlockInfo) -> str | None:
 
 class RandomComputeLocation(SketchRule):
     """A non-output block gets a compute-location hole (root or a loop of the consumer that its other consumers
-    feed; several consumers on CPU only, where the hole is clamped to the loops that enclose them all)."""
+    feed; several consumers on CPU only, where the hole is clamped to the loops that enclose them all; on CPU a
+    conditional block may also be inlined)."""
 
     name = "compute-location"
 
@@ -412,7 +413,9 @@ class RandomComputeLocation(SketchRule):
         consumer = anchor_consumer(state, info)
         depth = len(attach_loops(state.sch, consumer))
         others = tuple(c for c in info.consumers if c != consumer)
-        return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu, others), self.name)]
+        inline = (not ctx.gpu and info.conditional and ctx.config.cpu_inline_conditional_hole
+                  and strictly_inlinable(state, info))
+        return [state.then(ComputeLocation(info.name, consumer, depth, ctx.gpu, others, inline), self.name)]
 
 
 _LOCATE = RandomComputeLocation()

@@ -315,16 +315,25 @@ class ComputeLocation(Step):
     `depth` fixes the number of loop choices when the sketch is derived: a consumer that is itself computed at
     another block's loop gains the inherited loops in front, which must not change this hole's domain.
     `others` are further consumers of the block: the chosen loop is moved out to the innermost one that also
-    encloses them (the root if none does), since a producer must come before every reader.
+    encloses them (the root if none does), since a producer must come before every reader. With `inline` the last
+    option (`INLINE`) inlines the block into its consumers instead (last, so that older records keep their meaning).
     """
+
+    INLINE = -2
 
     block: str
     consumer: str
     depth: int
     gpu: bool = False
     others: tuple[str, ...] = ()
+    inline: bool = False
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
+        options = (*range(-1, self.depth), *((self.INLINE,) if self.inline else ()))
+        where = choose(sch, decider, f"{self.block}/at", "compute_loc", options)
+        if where == self.INLINE:
+            sch.compute_inline(sch.get_sblock(self.block))
+            return
         candidates = attach_loops(sch, self.consumer)
         for other in self.others:
             theirs = sch.get_loops(sch.get_sblock(other))
@@ -332,8 +341,7 @@ class ComputeLocation(Step):
             while shared < len(candidates) and any(_same(sch, candidates[shared], lp) for lp in theirs):
                 shared += 1
             candidates = candidates[:shared]
-        options = tuple(range(-1, self.depth))
-        where = min(choose(sch, decider, f"{self.block}/at", "compute_loc", options), len(candidates) - 1)
+        where = min(where, len(candidates) - 1)
         if where >= 0:
             block = sch.get_sblock(self.block)
             sch.compute_at(block, candidates[where], preserve_unit_loops=True)

@@ -17,6 +17,7 @@ from drytune.costmodel.kernel import (
     _access_kind,
     _memory_pieces,
     _vector_ops,
+    guarded_lanes,
     kernel_cycles,
     register_buffers,
     remote_lines,
@@ -957,3 +958,58 @@ def test_accumulator_stores_can_take_load_port_slots():
     _, regs = _details(_tile_8x32(False), cfg=cfg)
     _, regs_on = _details(_tile_8x32(False), cfg=on)
     assert not regs["acc_in_memory"] and regs_on["load"] == regs["load"]
+
+
+def _depthwise_s2_rows(pad_inlined: bool) -> s_tir.Schedule:
+    """The small depthwise_conv2d_s2 (32 channels, 32 x 32 -> 16 x 16) in MetaSchedule's shape: 4 output rows x
+    the whole 16-wide row accumulate in a cache-write buffer while the kernel rows iterate around them; TVM unrolls
+    the 64 copies (auto-unroll 64). The padding inlined (x vectorized: its guard scalarizes TVM's vector) or at
+    the root (x only unrolled)."""
+    from drytune import workloads
+
+    sch = s_tir.Schedule(workloads.small("depthwise_conv2d_s2").task().mod)
+    conv = sch.get_sblock("depthwise_conv")
+    n, c, y, x, rh, rw = sch.get_loops(conv)
+    yo, yi = sch.split(y, [4, 4])
+    sch.reorder(n, c, rw, yo, rh, yi, x)
+    sch.reverse_compute_at(sch.cache_write(conv, 0, "global"), c)
+    if pad_inlined:
+        sch.compute_inline(sch.get_sblock("pad"))
+        sch.vectorize(x)
+    outer = sch.fuse(n, c)
+    sch.parallel(outer)
+    sch.annotate(outer, "pragma_auto_unroll_max_step", 64)
+    sch.annotate(outer, "pragma_unroll_explicit", 1)
+    sch.decompose_reduction(conv, rw)
+    return sch
+
+
+def test_guarded_lanes_counts_the_copies_whose_padding_guard_can_fail():
+    """With the padding inlined, x * 2 + rw - 1 >= 0 can fail only in copy x = 0 (rw iterates outside the copies,
+    from 0) and x * 2 + rw < 33 in none: one guarded lane of 16. The row guards do not change across the x copies
+    and are not counted; an unknown guard counts every copy."""
+    leaf, path = _leaf_and_path(LoopTree.from_mod(_depthwise_s2_rows(True).mod), "depthwise_conv_update")
+    x = path[-1]
+    assert x.extent == 16 and len(leaf.guard_conditions) == 4
+    assert guarded_lanes(leaf, x.var, x.extent, path) == 1
+    unknown = dataclasses.replace(leaf, guard_conditions=None)
+    assert guarded_lanes(unknown, x.var, x.extent, path) == 16
+
+
+def test_slp_packs_unrolled_stride_2_copies_with_wide_loads_and_permutes():
+    """TVM scalarizes the 16-lane vector (the padding guard changes across it) and unrolls the copies; LLVM's SLP
+    vectorizer packs them with wide loads and permutes (`vpermt2ps` on znver5), the guard failing only in the first
+    copy. With the padding at the root the x copies are plain stride-2 loads, packed the same way. The model credits
+    both (lanes 16); without the two relaxations it left them scalar."""
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver5"})
+    cfg = KernelConfig.for_spec(spec)
+    for inlined in (True, False):
+        sch = _depthwise_s2_rows(inlined)
+        asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+        assert "vpermt2ps" in asm and _packed(asm, "vfmadd") > 0, inlined
+        _, det = _details(sch, "depthwise_conv_update", cfg, spec)
+        assert det["lanes"] == 16 and det["gathers"] == 0, inlined
+        off = dataclasses.replace(cfg, slp_guarded_lanes=0) if inlined else dataclasses.replace(
+            cfg, slp_strided_apart=False)
+        _, det_off = _details(sch, "depthwise_conv_update", off, spec)
+        assert det_off["lanes"] == 1 and det_off["body_cycles"] > 2 * det["body_cycles"], inlined

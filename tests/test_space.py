@@ -332,15 +332,22 @@ def test_short_target_names_resolve() -> None:
         dt.resolve_target("tpu")
 
 
-def test_padding_is_computed_at_a_loop_on_cpu_and_inlined_on_gpu() -> None:
-    """Inlined padding guards every load of a convolution on CPU, so the pad block keeps its own loop nest."""
+def test_padding_is_computed_at_a_loop_or_inlined_by_a_hole_on_cpu_and_always_inlined_on_gpu() -> None:
+    """On CPU the pad block gets a compute-location hole whose last option inlines it (inlined padding guards the
+    convolution's loads, so it is a choice, not a rule); every candidate, inlined or not, computes the same output.
+    Without that option the pad block always keeps its own loop nest; on GPU it is always inlined."""
     task = _task("conv2d_bias_relu")
     cpu = dt.SearchSpace(task)
     assert all("compute-location(pad)" in s.rules for s in cpu.sketches)
     reference = run_module(task.mod, task, random_inputs(task))
-    for cand in cpu.sample(4, seed=11):
-        assert "pad" in {b.name_hint for b in _blocks(cand.to_mod())}
+    kept = set()
+    for cand in cpu.sample(12, seed=11):
+        kept.add("pad" in {b.name_hint for b in _blocks(cand.to_mod())})
         assert check_candidate(task, cand, reference=reference).ok
+    assert kept == {True, False}
+    located = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_inline_conditional_hole=False))
+    for cand in located.sample(6, seed=11):
+        assert "pad" in {b.name_hint for b in _blocks(cand.to_mod())}
     inlined = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_inline_conditional=True))
     assert all("always-inline(pad)" in s.rules for s in inlined.sketches)
     gpu = dt.SearchSpace(_task("conv2d_bias_relu", "cuda-sm90"))
