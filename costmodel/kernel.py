@@ -550,7 +550,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         vec_loop, vec = lanes_unrolled, lanes_unrolled.var
     if vec_loop is None and cfg.slp_vectorize and out is not None:
         # LLVM's SLP vectorizer packs the copies of an unrolled spatial loop that writes contiguous elements
-        # (not across guarded loads: each copy's guard is a branch)
+        # (not across guarded loads, each copy's guard being a branch, unless the guard fails only in edge copies)
         # the relaxations below hold for bodies whose reduction loops iterate outside (checked in the assembly: with
         # the reduction window's loop unrolled too, most copies stay scalar)
         plain = not any(b.extent > 1 and b.var not in out_vars for b in body)

@@ -11,6 +11,7 @@ from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
+from drytune import workloads
 from drytune.costmodel.asm import Instruction, analyze_asm, parse_asm
 from drytune.costmodel.kernel import (
     KernelConfig,
@@ -965,8 +966,6 @@ def _depthwise_s2_rows(pad_inlined: bool) -> s_tir.Schedule:
     the whole 16-wide row accumulate in a cache-write buffer while the kernel rows iterate around them; TVM unrolls
     the 64 copies (auto-unroll 64). The padding inlined (x vectorized: its guard scalarizes TVM's vector) or at
     the root (x only unrolled)."""
-    from drytune import workloads
-
     sch = s_tir.Schedule(workloads.small("depthwise_conv2d_s2").task().mod)
     conv = sch.get_sblock("depthwise_conv")
     n, c, y, x, rh, rw = sch.get_loops(conv)
