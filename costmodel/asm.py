@@ -67,6 +67,9 @@ class Instruction:
     text: str
     addr_reads: frozenset[str] = frozenset()  # registers read to form the memory address
     writeback: bool = False  # the address base register is updated (pre/post-index, push/pop)
+    # (base, index, scale, displacement) of the memory operand when all four are known (x86), for telling apart
+    # accesses of the same form that cannot overlap; None: only `mem_base` is known
+    mem_addr: tuple[str, str | None, int, int] | None = None
 
     @property
     def is_branch(self) -> bool:
@@ -275,6 +278,7 @@ class _X86Operand:
     symbol: str | None = None
     mask: str | None = None
     zeroing: bool = False
+    addr: tuple[str, str | None, int, int] | None = None  # (base, index, scale, displacement) when all are known
 
 
 def _parse_int(text: str) -> int | None:
@@ -314,7 +318,12 @@ def _x86_operand(op: str) -> _X86Operand:
         regs = tuple(r for r in addr if r != "rip")
         if base == "rip":
             base = symbol
-        return _X86Operand("mem", base=base, addr_regs=regs, symbol=symbol)
+        disp = _parse_int(sym_part.strip() or "0")
+        scale = _parse_int(parts[2]) if len(parts) > 2 and parts[2] else 1
+        form = None
+        if base is not None and disp is not None and scale is not None and symbol is None:
+            form = (base, addr[1] if len(addr) > 1 else None, scale, disp)
+        return _X86Operand("mem", base=base, addr_regs=regs, symbol=symbol, addr=form)
     value = _parse_int(core)
     if value is not None:  # absolute address
         return _X86Operand("mem", base=None)
@@ -377,11 +386,11 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
         mem_read = mem_write = False
     if base == "pop":
         mem_read = True
-    mem_base = None
+    mem_base = mem_addr = None
     if mem_ops:
-        mem_base = parsed[mem_ops[0]].base
+        mem_base, mem_addr = parsed[mem_ops[0]].base, parsed[mem_ops[0]].addr
     if base in ("push", "pop"):
-        mem_base = "rsp"
+        mem_base, mem_addr = "rsp", None
         reads.add("rsp")
         writes.add("rsp")
     iclass = _x86_class(mn, base, has_vec, mem_read, mem_write)
@@ -421,7 +430,7 @@ def _parse_x86(mn: str, ops_text: str, text: str) -> Instruction:
     if base in ("push", "pop"):
         addr = frozenset(("rsp",))
     return Instruction(mn, ops, frozenset(reads), frozenset(writes), iclass, width, mem_read, mem_write,
-                       mem_base, target, tuple(symbols), text, addr, base in ("push", "pop"))
+                       mem_base, target, tuple(symbols), text, addr, base in ("push", "pop"), mem_addr)
 
 
 def _is_x86_write_only(mn: str, base: str, nops: int) -> bool:

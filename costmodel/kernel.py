@@ -388,11 +388,35 @@ def index_ops(accesses: list[Access], inner: str | None, unrolled: dict[str, int
     return sum(seen.values())
 
 
+def _tvm_unroll(node: LoopNode | StmtLeaf, max_step: int) -> tuple[int, bool]:
+    """TVM's `UnrollLoop` count for a subtree: (its statements once the loops TVM unrolls are copied, whether every
+    loop in it is unrolled). A loop's step count is that of its whole body, sibling statements included, and a loop
+    with a rolled loop inside it is never unrolled; vectorized loops are gone by then (one step per vector
+    statement) unless a guard that changes across the lanes scalarized them."""
+    if not node.is_loop:
+        return 1, True
+    steps, all_unrolled = 0, True
+    for child in node.children:
+        s, u = _tvm_unroll(child, max_step)
+        steps += s
+        all_unrolled = all_unrolled and u
+    kind = node.kind
+    if kind == "vectorized":
+        if not any(node.var in leaf.guard_vars for leaf in node.statements()):
+            return steps, all_unrolled
+        kind = "serial"
+    if node.extent <= 1:
+        return steps, all_unrolled
+    if kind == "unrolled" or (kind == "serial" and max_step and all_unrolled and steps * node.extent <= max_step):
+        return steps * node.extent, all_unrolled
+    return steps, False
+
+
 def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_factor: float = 1.0
                 ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
     """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
-    only LLVM unrolls): TVM's unrolling
-    (explicit, or auto-unroll up to `max_step` statements), then LLVM's full unrolling of small constant
+    only LLVM unrolls): TVM's unrolling (explicit, or auto-unroll of a loop whose whole body, copied, stays
+    within `max_step` statements: `_tvm_unroll`), then LLVM's full unrolling of small constant
     loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance; a loop around one
     LLVM already unrolled may take the body to `nest_factor` x `budget`)."""
     max_step = 0
@@ -408,7 +432,8 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_fac
         lp = path[i - 1]
         if lp.extent <= 1 or lp.kind == "vectorized":
             pass
-        elif lp.kind == "unrolled" or (lp.kind == "serial" and max_step and steps * lp.extent <= max_step):
+        elif lp.kind == "unrolled" or (lp.kind == "serial" and max_step and not by_llvm
+                                       and _tvm_unroll(lp, max_step)[1]):
             steps *= lp.extent
         elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget * (nest_factor if by_llvm else 1):
             steps *= lp.extent

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import tvm
+import tvm_ffi
 from tir_programs import compacted, max_pool_over_pad
 from tvm import s_tir, te
 
@@ -1012,3 +1013,30 @@ def test_slp_packs_unrolled_stride_2_copies_with_wide_loads_and_permutes():
             cfg, slp_strided_apart=False)
         _, det_off = _details(sch, "depthwise_conv_update", off, spec)
         assert det_off["lanes"] == 1 and det_off["body_cycles"] > 2 * det["body_cycles"], inlined
+
+
+def _lowered_loop_extents(mod: tvm.IRModule) -> list[int]:
+    """Extents of the loops left in `mod` after the passes of TVM's CPU lowering up to its UnrollLoop."""
+    passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+              s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+              s_tir.transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(),
+              tvm.tirx.transform.VectorizeLoop(True), tvm.tirx.transform.StorageRewrite(),
+              s_tir.transform.HoistIfThenElse(), tvm.tirx.transform.UnrollLoop()]
+    lowered = tvm.transform.Sequential(passes)(mod)
+    extents: list[int] = []
+    tvm_ffi.structural_walk(lowered["main"].body, [(tvm.tirx.For, lambda n: extents.append(int(n.extent)))],
+                            order="pre")
+    return extents
+
+
+@pytest.mark.parametrize("max_step", [64, 512])
+def test_auto_unroll_counts_every_statement_under_the_loop(max_step):
+    """TVM's UnrollLoop weighs a loop by all the stores of its body: the padding's 9 copies per output column fit
+    a step budget of 512 x 56 columns, but with the pooling's own stores beside them the column loop stays rolled."""
+    sch = max_pool_over_pad(112, 4, pad_inside_x=True)
+    outer = sch.get_loops(sch.get_sblock("pool"))[0]
+    sch.annotate(outer, "pragma_auto_unroll_max_step", max_step)
+    sch.annotate(outer, "pragma_unroll_explicit", 1)
+    assert 56 in _lowered_loop_extents(sch.mod)  # the column loop, as TVM leaves it
+    _, det = _details(sch, "pad")
+    assert det["statements"] == 9 and det["inner_extent"] == 56
