@@ -17,7 +17,8 @@ import statistics
 import sys
 import time
 
-from networks import model_dir, random_arrays, seconds_per_call
+from network_ab import interleaved_rounds, library_call
+from networks import model_dir, random_arrays
 from report_files import write_report
 
 LIBRARIES = ("drytune", "drytune_verified")
@@ -34,8 +35,6 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     import torch
-    import tvm
-    from tvm import relax
 
     from drytune import zoo
 
@@ -57,16 +56,9 @@ def main() -> int:
             path = os.path.join(model_dir(os.path.abspath(work), args.model), lib + ".so")
             if not os.path.exists(path):
                 raise SystemExit(f"{path} is missing: run networks.py's build phase for that work directory")
-            vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-            tensors = [tvm.runtime.tensor(x, tvm.cpu()) for x in inputs]
-            calls[f"{label}/{lib}"] = lambda main=vm["main"], tensors=tensors: main(*tensors)
+            calls[f"{label}/{lib}"] = library_call(path, inputs)
     names = list(calls)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(0.2)
-            calls[name]()  # warm the caches after the previous network
-            times[name].append(statistics.median(seconds_per_call(calls[name], args.min_seconds) for _ in range(3)))
+    times = interleaved_rounds(calls, args.rounds, args.min_seconds, repeats=3, pause_s=0.2)
     ratio = {lib: statistics.median(b / a for a, b in zip(times[f"A/{lib}"], times[f"B/{lib}"], strict=True))
              for lib in LIBRARIES}
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "work_dirs": dirs, "rounds_s": times,

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from networks import random_arrays, seconds_per_call, target_dict
@@ -85,26 +86,39 @@ def tune(model: str, setting: str, seed: int, budget: float, work: str, threads:
                    "coefficients": coefficients}, f)
 
 
-def measure(model: str, work: str, names: list[str], rounds: int, threads: int, min_seconds: float) -> dict:
-    """Per-round latency of every tuned network, in an order rotated by round."""
+def library_call(path: str, inputs: list) -> Callable[[], object]:
+    """A zero-argument call of the network built into the library at `path` on `inputs` (numpy arrays)."""
     import tvm
     from tvm import relax
 
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
+    args = [tvm.runtime.tensor(x, tvm.cpu()) for x in inputs]
+    return lambda main=vm["main"], args=args: main(*args)
+
+
+def interleaved_rounds(calls: dict[str, Callable[[], object]], rounds: int, min_seconds: float, repeats: int = 1,
+                       pause_s: float = 0.0) -> dict[str, list[float]]:
+    """Per-round seconds per call of every system, in an order rotated by round: each after `pause_s`, one warm-up
+    call and the median of `repeats` timings of `min_seconds` each."""
+    names = list(calls)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if pause_s:
+                time.sleep(pause_s)
+            calls[name]()  # warm the caches after the previous network
+            times[name].append(statistics.median(seconds_per_call(calls[name], min_seconds) for _ in range(repeats)))
+    return times
+
+
+def measure(model: str, work: str, names: list[str], rounds: int, threads: int, min_seconds: float) -> dict:
+    """Per-round latency of every tuned network, in an order rotated by round."""
     from drytune import zoo
 
     _, examples = zoo.get_model(model)
     inputs = random_arrays(examples, 0)
-    calls = {}
-    for name in names:
-        vm = relax.VirtualMachine(tvm.runtime.load_module(os.path.join(work, name + ".so")), tvm.cpu())
-        args = [tvm.runtime.tensor(x, tvm.cpu()) for x in inputs]
-        calls[name] = lambda main=vm["main"], args=args: main(*args)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            calls[name]()  # warm the caches after the previous network
-            times[name].append(seconds_per_call(calls[name], min_seconds))
-    return times
+    calls = {name: library_call(os.path.join(work, name + ".so"), inputs) for name in names}
+    return interleaved_rounds(calls, rounds, min_seconds)
 
 
 def main() -> int:
