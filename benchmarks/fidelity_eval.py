@@ -280,12 +280,13 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     print(f"L1 refills hidden per kernel cycle: {l1_hidden}", flush=True)
     for d in by_op.values():  # the fits and the metrics see the charged refills only (the cache keeps raw values)
         d[:] = [(r, e | {"values": hide_l1_refills(e["values"], l1_hidden).tolist()}) for r, e in d]
-    if launch_cycles is None:
+    measured = launch_cycles is None
+    if measured:
         launch_cycles = parallel_region_cycles(target, spec.freq_ghz)
         print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
-        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel)
+        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured)
     calibrated_path = shipped_coefficients_path()  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
@@ -344,8 +345,9 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
               fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
-              kernel: dict[str, float] | None = None) -> None:
-    """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU)."""
+              kernel: dict[str, float] | None = None, launch_measured: bool = True) -> None:
+    """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU);
+    `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles)."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
     feats = np.array([e["values"] for _, e in pairs])
     secs = np.array([r.seconds for r, _ in pairs])
@@ -361,7 +363,8 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
     for col, value in (fixed or {}).items():
-        origin += (f" {FEATURE_NAMES[col]} is not fitted but measured before the fit: {value:.0f} cycles per "
+        how = "measured before the fit" if launch_measured else "given to the fit (--launch-cycles)"
+        origin += (f" {FEATURE_NAMES[col]} is not fitted but {how}: {value:.0f} cycles per "
                    "parallel-region entry (drytune.costmodel.calibrate.parallel_region_cycles: 8 near-empty "
                    "parallel nests against the same nests serial).")
     if l1_hidden:

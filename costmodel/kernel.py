@@ -128,14 +128,16 @@ class KernelConfig:
     # `large_body_width` per cycle. Measured on Zen 5 (docs/measurements-costmodel.md, "Large unrolled bodies"): a
     # 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a
     # 32-FMA loop; the GEMM search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted,
-    # 16-FMA loops 1.2x.
+    # 16-FMA loops 1.2x. The Zen 5 file sets 1200 with `fma_issue_width` 3, which prices the 800-micro-op bodies:
+    # GEMM bodies of 900-1000 micro-ops ran 2.7-3.1 per cycle there (session 65).
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
     # Micro-ops per cycle of a body that multiplies and adds (FMAs), accumulators in registers or not; 0: `issue_width`.
     # On the Emerald Rapids machines 23 of 30 GEMM bodies ran at 1.9-2.2 micro-ops per cycle
     # (benchmarks/kernel_bodies.py) and register tiles alone at 1.8-2.5 (benchmarks/tile_peak.py). No shipped file
     # sets it: a width of 2 was screened on the Intel fidelity rows only, never tuned with; that file sets
-    # `load_ports` instead
+    # `load_ports` instead. The Zen 5 file sets 3: 16 variants of one GEMM tile (bodies of 150-1000 micro-ops,
+    # accumulators through memory) ran 2.3-3.1 micro-ops per cycle (docs/measurements-costmodel.md, session 65)
     fma_issue_width: float = 0.0
     # Cycles per cache line that a nest reads from an intermediate another core wrote in an earlier nest (a parallel
     # nest read by a serial one, or two parallel nests that split the buffer differently). The two vCPUs of these
@@ -160,7 +162,9 @@ class KernelConfig:
     # slots beside its loads. On the `rocketlake` guest a 4 x 64 tile body that loads and stores its 16 accumulators
     # ran 32-37 cycles per body slower than the same body with them in registers (8 or 16 reduction steps per body,
     # `benchmarks/accumulator_reload.py`): about two per accumulator, where the loads alone at `load_ports` = 1 add
-    # 16. False: such stores use `store_ports` only.
+    # 16. False: such stores use `store_ports` only. The Zen 5 file sets it: a body storing its 32 accumulators
+    # every 2 reduction steps (64 FMAs) ran 65 cycles per body, priced 33 before and 52 with this and
+    # `fma_issue_width` 3 (session 65).
     accumulator_stores_load: bool = False
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
