@@ -1,8 +1,9 @@
-"""Time the networks two `networks.py` work directories built for one model, interleaved in one process.
+"""Time the networks that two (or more) `networks.py` work directories built for one model, interleaved in one
+process.
 
 A network's latency in `networks.py`'s measure phase moves with the machine's phase between runs; this times the
-libraries of two work directories (each one's `drytune.so` and `drytune_verified.so`) and PyTorch eager over the same
-rounds, so that two sessions' builds compare without the phase between them. Ratio: median over rounds of B's
+libraries of the work directories (each one's `drytune.so` and `drytune_verified.so`) and PyTorch eager over the same
+rounds, so that sessions' builds compare without the phase between them. Ratio: median over rounds of B's (C's...)
 latency over A's (< 1: B faster).
 
     python benchmarks/builds_ab.py --model mobilenet_v2 --tag znver5_s63_vs_s64 \
@@ -39,8 +40,9 @@ def main() -> int:
     from drytune import zoo
 
     dirs = args.work_dirs.split(",")
-    if len(dirs) != 2:
-        ap.error("--work-dirs takes two directories, A,B")
+    if not 2 <= len(dirs) <= 26:
+        ap.error("--work-dirs takes two or more directories, A,B[,C...]")
+    labels = [chr(ord("A") + i) for i in range(len(dirs))]
     torch.set_num_threads(args.threads)
     torch_model, examples = zoo.get_model(args.model)
     inputs = random_arrays(examples, 0)
@@ -51,7 +53,7 @@ def main() -> int:
             return torch_model(*xs)
 
     calls = {"torch": run_torch}
-    for label, work in zip("AB", dirs, strict=True):
+    for label, work in zip(labels, dirs, strict=True):
         for lib in LIBRARIES:
             path = os.path.join(model_dir(os.path.abspath(work), args.model), lib + ".so")
             if not os.path.exists(path):
@@ -59,18 +61,21 @@ def main() -> int:
             calls[f"{label}/{lib}"] = library_call(path, inputs)
     names = list(calls)
     times = interleaved_rounds(calls, args.rounds, args.min_seconds, repeats=3, pause_s=0.2)
-    ratio = {lib: statistics.median(b / a for a, b in zip(times[f"A/{lib}"], times[f"B/{lib}"], strict=True))
-             for lib in LIBRARIES}
+    over_a = {label: {lib: statistics.median(b / a for a, b in zip(times[f"A/{lib}"], times[f"{label}/{lib}"],
+                                                                     strict=True)) for lib in LIBRARIES}
+              for label in labels[1:]}
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "work_dirs": dirs, "rounds_s": times,
-              "ratio_b_over_a": ratio, "command": "python benchmarks/builds_ab.py " + " ".join(sys.argv[1:])}
-    lines = [f"# {args.model}: two work directories' builds timed together", "", f"{report['date']}. "
-             f"`{report['command']}`", "", f"A = `{dirs[0]}`, B = `{dirs[1]}`; median of {args.rounds} interleaved "
-             "rounds.", "", "| build | median ms | / torch | B / A |", "|---|---|---|---|"]
+              "ratio_b_over_a": over_a["B"], "ratio_over_a": over_a,
+              "command": "python benchmarks/builds_ab.py " + " ".join(sys.argv[1:])}
+    lines = [f"# {args.model}: {len(dirs)} work directories' builds timed together", "", f"{report['date']}. "
+             f"`{report['command']}`", "", ", ".join(f"{label} = `{d}`" for label, d in zip(labels, dirs, strict=True))
+             + f"; median of {args.rounds} interleaved rounds; / A: median over rounds of the build's latency over A's "
+             "build of the same kind.", "", "| build | median ms | / torch | / A |", "|---|---|---|---|"]
     for name in names:
-        lib = name.split("/")[-1]
+        label, _, lib = name.partition("/")
         to_torch = statistics.median(x / t for x, t in zip(times[name], times["torch"], strict=True))
         lines.append(f"| {name} | {statistics.median(times[name]) * 1e3:.3f} | {to_torch:.3f} | "
-                     + (f"{ratio[lib]:.3f} |" if name.startswith("B/") else "|"))
+                     + (f"{over_a[label][lib]:.3f} |" if label in over_a else "|"))
     write_report(f"builds_ab_{args.model}", args.tag, report, lines)
     return 0
 

@@ -18,6 +18,11 @@ With
 for k = 1..K (the fastest of the k by the same medians, so slightly optimistic). `--one-per-sketch` also times the
 candidates that `verify_top_k=k` with `VerifyConfig.one_per_sketch` would measure (each sketch's best prediction first)
 and sums both choices.
+
+With a baseline, the baseline's pick is also priced by the cost model (`--coefficients`, default the file shipped
+for this CPU: the one the work directory was tuned with). A task whose model prices the baseline's pick below its
+own is a search miss (the search never reached a schedule its own model prefers); the others are the model's choice.
+The report splits the gap between the two.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from op_tuning import interleaved
 from report_files import write_report
 from tvm.s_tir import meta_schedule as ms
 
+from drytune import StaticCostModel
 from drytune.extract import extract_tasks
 from drytune.records import RecordStore, candidate_from_trace
 from drytune.scheduler.build import choose_records
@@ -129,6 +135,9 @@ def main() -> int:
                     help="also time each task's next K-1 best predictions: the network sum for verify_top_k = 1..K")
     ap.add_argument("--cold", action="store_true",
                     help="time each kernel with its weights flushed, as it runs inside the network (in_network.py)")
+    ap.add_argument("--coefficients", default=None, metavar="FILE",
+                    help="with --baseline-work-dir: price the baseline's picks with this coefficients file (default: "
+                         "the one shipped for this CPU)")
     ap.add_argument("--one-per-sketch", action="store_true",
                     help="with --top-k: also the sum when verify_top_k measures each sketch's best prediction first")
     args = ap.parse_args()
@@ -146,6 +155,7 @@ def main() -> int:
         bdir = model_dir(os.path.abspath(args.baseline_work_dir), args.model)
         baseline = either_records(RecordStore(os.path.join(bdir, "drytune")), tasks, plain)
     db = ms.database.JSONDatabase(work_dir=ms_dir, allow_missing=False) if has_ms else None
+    pricer = StaticCostModel(target, coefficients=args.coefficients) if baseline is not None else None
     ref = "metaschedule" if has_ms else "baseline"  # what the ratio and the gap are taken against
     rows = []
     for nt, plain_nt, choice, base in zip(tasks, plain, choices, baseline or [None] * len(tasks), strict=True):
@@ -178,6 +188,11 @@ def main() -> int:
         r["top_ms"] = [r["drytune_ms"]] + [med[f"top{i}"] * 1e3 for i in range(2, len(more) + 2)]
         if sketch_sets:  # the fastest of what verify_top_k=j measures with one_per_sketch, j = 1..K
             r["sketch_ms"] = [min(med[by_trace[str(rec.trace)]] for rec in chosen) * 1e3 for chosen in sketch_sets]
+        if pricer is not None and choice.record is not None and base.record is not None:
+            r["baseline_priced_ms"] = pricer.seconds_of_module(mods["baseline"]) * 1e3
+            r["own_priced_ms"] = pricer.seconds_of_module(mods["drytune"]) * 1e3
+            same = str(choice.record.trace) == str(base.record.trace)  # the same schedule: neither
+            r["search_miss"] = None if same else r["baseline_priced_ms"] < r["own_priced_ms"]
         if baseline is not None and has_ms:
             r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
                                                                              strict=True))
@@ -208,6 +223,17 @@ def main() -> int:
         lines.append(f"| {r['task']} | {r['kind']} | {r['weight']} | {r['gflop']:.3f} | {r['drytune_ms']:.3f}{pred} | "
                      f"{r[f'{ref}_ms']:.3f} | {r['ratio']:.2f} | {r['gap_ms']:.3f} |{extra}")
     lines += ["", "Sum of calls x kernel time: " + ", ".join(f"{k} {v:.2f} ms" for k, v in total.items()) + "."]
+    if any("search_miss" in r for r in rows):
+        report["gap_split_ms"] = {kind: sum(r["weight"] * (r["drytune_ms"] - r["baseline_ms"]) for r in rows
+                                            if r.get("search_miss") is want)
+                                  for kind, want in (("search_miss", True), ("model_choice", False))}
+        misses = [r["task"] for r in rows if r.get("search_miss")]
+        split = report["gap_split_ms"]
+        lines += ["", f"Priced by {args.coefficients or 'the shipped coefficients file'}: in {len(misses)} tasks the "
+                  "model prices the baseline's pick below drytune's own (search misses), and they make "
+                  f"{split['search_miss']:+.3f} ms of the gap; the tasks where the model prefers its own pick make "
+                  f"{split['model_choice']:+.3f} ms (a task with the same pick in both is in neither). Search misses: "
+                  + (", ".join(misses) or "none") + "."]
     if args.top_k > 1:
         report["verify_sum_ms"] = [sum(r["weight"] * min(r["top_ms"][:k]) for r in rows)
                                    for k in range(1, args.top_k + 1)]
