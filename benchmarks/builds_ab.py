@@ -65,7 +65,7 @@ def main() -> int:
                                                                      strict=True)) for lib in LIBRARIES}
               for label in labels[1:]}
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "work_dirs": dirs, "rounds_s": times,
-              "ratio_b_over_a": over_a["B"], "ratio_over_a": over_a,
+              "ratio_over_a": over_a,
               "command": "python benchmarks/builds_ab.py " + " ".join(sys.argv[1:])}
     lines = [f"# {args.model}: {len(dirs)} work directories' builds timed together", "", f"{report['date']}. "
              f"`{report['command']}`", "", ", ".join(f"{label} = `{d}`" for label, d in zip(labels, dirs, strict=True))

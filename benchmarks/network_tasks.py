@@ -189,10 +189,11 @@ def main() -> int:
         if sketch_sets:  # the fastest of what verify_top_k=j measures with one_per_sketch, j = 1..K
             r["sketch_ms"] = [min(med[by_trace[str(rec.trace)]] for rec in chosen) * 1e3 for chosen in sketch_sets]
         if pricer is not None and choice.record is not None and base.record is not None:
-            r["baseline_priced_ms"] = pricer.seconds_of_module(mods["baseline"]) * 1e3
-            r["own_priced_ms"] = pricer.seconds_of_module(mods["drytune"]) * 1e3
-            same = str(choice.record.trace) == str(base.record.trace)  # the same schedule: neither
-            r["search_miss"] = None if same else r["baseline_priced_ms"] < r["own_priced_ms"]
+            r["search_miss"] = None  # the same schedule in both: neither a miss nor a choice
+            if str(choice.record.trace) != str(base.record.trace):
+                r["baseline_priced_ms"] = pricer.seconds_of_module(mods["baseline"]) * 1e3
+                r["own_priced_ms"] = pricer.seconds_of_module(mods["drytune"]) * 1e3
+                r["search_miss"] = r["baseline_priced_ms"] < r["own_priced_ms"]
         if baseline is not None and has_ms:
             r["ratio_to_baseline"] = statistics.median(a / b for a, b in zip(times["drytune"], times["baseline"],
                                                                              strict=True))
