@@ -128,8 +128,9 @@ class KernelConfig:
     # `large_body_width` per cycle. Measured on Zen 5 (docs/measurements-costmodel.md, "Large unrolled bodies"): a
     # 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a
     # 32-FMA loop; the GEMM search's picks with 512-FMA bodies (~800 micro-ops) ran 1.4-2.1x slower than predicted,
-    # 16-FMA loops 1.2x. The Zen 5 file sets 1200 with `fma_issue_width` 3, which prices the 800-micro-op bodies:
-    # GEMM bodies of 900-1000 micro-ops ran 2.7-3.1 per cycle there (session 65).
+    # 16-FMA loops 1.2x. The Zen 5 file of session 65 set 1200 (GEMM bodies of 900-1000 micro-ops ran 2.7-3.1 per
+    # cycle there); session 67 went back to 600: among the picks of nine network tunings (benchmarks/pick_pool.py),
+    # 1200 chose the slower kernel in 12 of the 13 tasks where the two settings chose differently.
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
     # Micro-ops per cycle of a body that multiplies and adds (FMAs), accumulators in registers or not; 0: `issue_width`.

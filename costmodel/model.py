@@ -251,12 +251,19 @@ class StaticCostModel(CostModel):
             raise ValueError("features() is for CPU targets; use gpu_features for CUDA")
         return self._cpu.extract(kernel_as_run(candidate.to_mod()))
 
-    def features_of_module(self, mod: tvm.IRModule) -> CPUFeatures:
+    def features_of_module(self, mod: tvm.IRModule, asm: str | None = None) -> CPUFeatures:
         """CPU features of an already scheduled module (one scheduled elsewhere, e.g. by MetaSchedule), as the built
-        network runs it: weights packed ahead of time are taken packed."""
+        network runs it: weights packed ahead of time are taken packed. `asm`: its assembly from `assembly_of_module`
+        (several models with different kernel settings can then share one compilation)."""
         if self._cpu is None:
             raise ValueError("features_of_module() is for CPU targets; use gpu_features for CUDA")
-        return self._cpu.extract(kernel_as_run(mod))
+        return self._cpu.extract(kernel_as_run(mod), asm)
+
+    def assembly_of_module(self, mod: tvm.IRModule) -> str:
+        """The assembly that `features_of_module` reads (CPU targets)."""
+        if self._cpu is None:
+            raise ValueError("assembly_of_module() is for CPU targets")
+        return self._cpu.assembly(kernel_as_run(mod))
 
     def seconds_from_features(self, feats: CPUFeatures) -> float:
         values = hide_l1_refills(feats.values, self.coefficients.l1_hidden_per_cycle)

@@ -349,3 +349,18 @@ def test_the_hosts_own_target_given_as_a_dict_keeps_the_calibration_of_its_real_
     other = StaticCostModel({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
     assert other.spec.core == ""
     assert os.path.basename(default_coefficients_path(other.spec, "znver4")) == "x86-znver4-calibrated.json"
+
+
+def test_one_assembly_serves_models_with_different_kernel_settings() -> None:
+    """`features_of_module(mod, asm)` reads the given assembly (no second build) and still computes the kernel
+    model with each model's own settings: the same features as building again."""
+    task = _task("gemm")
+    mod = dt.SearchSpace(task).sample(1, seed=3)[0].to_mod()
+    wide = StaticCostModel(task.target, kernel_overrides={"fma_issue_width": 4.0})
+    narrow = StaticCostModel(task.target, kernel_overrides={"fma_issue_width": 1.0})
+    asm = wide.assembly_of_module(mod)
+    assert "vfmadd" in asm or "fma" in asm
+    for model in (wide, narrow):
+        assert model.features_of_module(mod, asm).values == model.features_of_module(mod).values
+    kernel = FEATURE_NAMES.index("kernel_cycles")
+    assert narrow.features_of_module(mod, asm).values[kernel] > wide.features_of_module(mod, asm).values[kernel]
