@@ -57,11 +57,16 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts
                 yield blocks, single, n, lanes
 
 
-def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler) -> float | None:
-    """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code)."""
+def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
+                       merge_loop_blocks: bool = False) -> float | None:
+    """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code).
+    `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`)."""
     cycles = lanes = 0.0
     for blocks, single, n, unit_lanes in _fp_units(program, counts):
-        cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
+        if merge_loop_blocks and len(blocks) > 1:
+            cycles += scheduler.block_cycles([i for insts in blocks for i in insts]) * n
+        else:
+            cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
         lanes += unit_lanes * n
     return cycles / lanes if lanes > 0 else None
 

@@ -167,6 +167,12 @@ class KernelConfig:
     # every 2 reduction steps (64 FMAs) ran 65 cycles per body, priced 33 before and 52 with this and
     # `fma_issue_width` 3 (session 65).
     accumulator_stores_load: bool = False
+    # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
+    # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
+    # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2
+    # 3 x 3 stride-2 depthwise kernel (an innermost loop of about 30 blocks, each a guarded load) ran 35 cycles per
+    # iteration, the isolated blocks summed to several times that (session 67).
+    merge_loop_blocks: bool = False
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1

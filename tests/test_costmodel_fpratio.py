@@ -48,6 +48,48 @@ def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
     assert rates[0] == rates[1]  # outer trip 10 or an assumed 1: the same rate
 
 
+# Inner loop of three blocks: a guarded load (a padded input read in place), then two FMAs on what was loaded.
+GUARDED_X86 = """
+main_compute_:
+    xorl    %eax, %eax
+.LBB0_1:
+    movq    $-256, %rcx
+    vxorps  %xmm0, %xmm0, %xmm0
+.LBB0_2:
+    vxorps  %xmm1, %xmm1, %xmm1
+    testq   %r8, %rcx
+    je      .LBB0_4
+.LBB0_3:
+    vmovups 256(%rsi,%rcx), %zmm1
+.LBB0_4:
+    vfmadd231ps (%rdx,%rcx){1to16}, %zmm1, %zmm0
+    vfmadd231ps 64(%rdx,%rcx){1to16}, %zmm1, %zmm2
+    addq    $64, %rcx
+    jne     .LBB0_2
+    vmovups %zmm0, (%rdi,%rax)
+    incq    %rax
+    cmpq    $10, %rax
+    jne     .LBB0_1
+    retq
+"""
+
+
+def test_merged_loop_blocks_overlap_where_isolated_blocks_add_their_latencies():
+    """`merge_loop_blocks`: the three blocks of the guarded inner loop scheduled as one sequence take fewer cycles
+    than each alone, summed (the load's latency no longer stands by itself); a one-block loop is unchanged."""
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
+    prog = asm.parse_asm(GUARDED_X86, "x86")
+    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    inner = [b for b in prog.functions[0].blocks if any(i.iclass == asm.VEC_FMA for i in b.instructions)]
+    assert len(inner) == 1 and fp_lanes(inner[0].instructions) == 32
+    apart, merged = (cycles_per_fp_lane(prog, counts, sched, merge) for merge in (False, True))
+    assert merged < apart
+    plain = asm.parse_asm(LOOPS_X86, "x86")
+    plain_counts = asm.count_instructions(plain, asm.map_loops(plain, []))
+    assert (cycles_per_fp_lane(plain, plain_counts, sched, True)
+            == cycles_per_fp_lane(plain, plain_counts, sched, False))
+
+
 def test_spills_are_stack_accesses_per_fp_lane_in_the_fp_code():
     """The inner loop reads one spilled broadcast per FMA from the stack (2 per 32 lanes) and %rbp is a data
     pointer (no frame), so only the %rsp operands count; the spill store outside any FP unit does not."""
