@@ -48,30 +48,11 @@ def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
     assert rates[0] == rates[1]  # outer trip 10 or an assumed 1: the same rate
 
 
-# Inner loop of three blocks: a guarded load (a padded input read in place), then two FMAs on what was loaded.
-GUARDED_X86 = """
-main_compute_:
-    xorl    %eax, %eax
-.LBB0_1:
-    movq    $-256, %rcx
-    vxorps  %xmm0, %xmm0, %xmm0
-.LBB0_2:
-    vxorps  %xmm1, %xmm1, %xmm1
-    testq   %r8, %rcx
-    je      .LBB0_4
-.LBB0_3:
-    vmovups 256(%rsi,%rcx), %zmm1
-.LBB0_4:
-    vfmadd231ps (%rdx,%rcx){1to16}, %zmm1, %zmm0
-    vfmadd231ps 64(%rdx,%rcx){1to16}, %zmm1, %zmm2
-    addq    $64, %rcx
-    jne     .LBB0_2
-    vmovups %zmm0, (%rdi,%rax)
-    incq    %rax
-    cmpq    $10, %rax
-    jne     .LBB0_1
-    retq
-"""
+# Inner loop of three blocks: a guarded load (a padded input read in place), then the two FMAs on what was loaded.
+GUARDED_X86 = LOOPS_X86.replace(
+    ".LBB0_2:\n    vmovups 256(%rsi,%rcx), %zmm1\n",
+    ".LBB0_2:\n    vxorps  %xmm1, %xmm1, %xmm1\n    testq   %r8, %rcx\n    je      .LBB0_4\n.LBB0_3:\n"
+    "    vmovups 256(%rsi,%rcx), %zmm1\n.LBB0_4:\n")
 
 
 def test_merged_loop_blocks_overlap_where_isolated_blocks_add_their_latencies():
