@@ -122,9 +122,16 @@ def main() -> int:
             med |= {k: statistics.median(v) * 1e3 for k, v in times.items()}
         members = []
         for k, mod in mods.items():
-            ms_of, values = priced(pricers, mod)
+            try:
+                ms_of, values = priced(pricers, mod)
+            except Exception as err:  # noqa: BLE001 - a member that cannot be built or analysed leaves the pool
+                print(f"{nt.name}: a pick of {', '.join(sources[k])} cannot be priced, left out: "
+                      f"{str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__}")
+                continue
             members.append({"key": k, "sources": sources[k], "measured_ms": med[k], "priced_ms": ms_of,
                             "features": values})
+        if not members:
+            continue
         row = {"task": nt.name, "weight": nt.weight, "members": members,
                "metaschedule_ms": med.get("metaschedule"),
                "best_ms": min(m["measured_ms"] for m in members),
