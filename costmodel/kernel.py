@@ -173,6 +173,13 @@ class KernelConfig:
     # 3 x 3 stride-2 depthwise kernel (an innermost loop of about 30 blocks, each a guarded load) ran 35 cycles per
     # iteration, the isolated blocks summed to several times that (session 67).
     merge_loop_blocks: bool = False
+    # LLVM's LICM hoists the loads of a contiguous or broadcast operand that does not change with the innermost
+    # iterating loop into that loop's preheader even when they do not fit the registers left by the accumulators; the
+    # register allocator then stores them to the stack there, and the body reads them back. Cycles per hoisted vector
+    # (its load and its spill store), once per run of the loop, when some are spilled; 0: not counted. The Zen 5 GEMM
+    # search's pick of session 67 (a 4 x 64 tile whose 64 broadcasts of A are invariant in a 2-iteration column
+    # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68)
+    hoisted_spill_cycles: float = 0.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1
@@ -650,8 +657,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fits = sum(n * vops for _, _, n, h in operands if h) + outputs <= cfg.registers
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
     preheader = 0.0  # cycles before each run of the innermost iterating loop
+    hoisted = 0.0  # vectors of contiguous or broadcast operands that LLVM loads once per run of the innermost loop
     for a, kind, n, hoistable in operands:
         share = inner_iter.extent if hoistable and fits else 1
+        if cfg.hoisted_spill_cycles and kind in ("contig", "scalar") and inner_iter is not None \
+                and not a.conditional and inner_iter.var not in _access_vars(a):
+            hoisted += _distinct(a, unrolled) * (pieces if kind == "contig" else 1)
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
@@ -715,6 +726,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         else:
             stores += moved
             widened += out_widened
+    if hoisted and hoisted > cfg.registers - (0 if acc_in_memory else outputs):
+        preheader += hoisted * cfg.hoisted_spill_cycles
     if broadcasts and cfg.hoist_invariant:
         # the broadcasts beyond the registers left by the outputs are spilled once and each vector iteration
         # reads them back from the stack (seen in the assembly of unrolled 1x1 convolutions)

@@ -1040,3 +1040,41 @@ def test_auto_unroll_counts_every_statement_under_the_loop(max_step):
     assert 56 in _lowered_loop_extents(sch.mod)  # the column loop, as TVM leaves it
     _, det = _details(sch, "pad")
     assert det["statements"] == 9 and det["inner_extent"] == 56
+
+
+def _tile_over_column_blocks(k_inner: int, blocks: int) -> s_tir.Schedule:
+    """C = A B with a body of `k_inner` reduction steps x 4 rows on 64 lanes (4 vectors), unrolled, iterated by a
+    loop over `blocks` column blocks: the body's broadcasts of A do not change with that loop (the Zen 5 GEMM
+    search's pick of session 67, small)."""
+    sch = _matmul(M=16, N=64 * blocks, K=64)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    j0, j1 = sch.split(j, [None, 64])
+    k0, k1 = sch.split(k, [None, k_inner])
+    i0, i1 = sch.split(i, [None, 4])
+    sch.reorder(k0, i0, j0, k1, i1, j1)
+    sch.unroll(k1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k0)
+    return sch
+
+
+def test_hoisted_operands_beyond_the_registers_are_spilled_before_each_run_of_the_loop():
+    """LICM hoists the body's broadcasts of A out of the column-block loop whether or not they fit: with 16
+    reduction steps (64 broadcasts) the preheader broadcasts them and stores most to the stack, and the loop reads
+    them back; with 4 steps (16) they stay in registers. The model charges `hoisted_spill_cycles` per hoisted vector
+    to each run of the loop only when they do not fit."""
+    cfg = dataclasses.replace(CFG, hoisted_spill_cycles=1.0)
+    for k_inner, columns, spilled in ((16, 2, True), (4, 8, False)):
+        sch = _tile_over_column_blocks(k_inner, columns)
+        loop = max(_blocks(_asm(sch)), key=lambda b: b.count("vfmadd231ps") + b.count("vfmadd213ps"))
+        assert "vbroadcastss" not in loop, k_inner  # each broadcast is made once per run of the column loop
+        insts = _kernel_instructions(sch)
+        assert _count(insts, "vbroadcastss") == 4 * k_inner, k_inner
+        spills = sum(1 for inst in insts if inst.mem_write and inst.mem_base == "rsp" and inst.mnemonic.startswith("v"))
+        assert (spills >= 4 * k_inner - CFG.registers) if spilled else spills < 4, k_inner
+        _, det = _details(sch, cfg=cfg)
+        assert det["inner_extent"] == columns and det["accumulators"] == 16
+        assert det["preheader"] == (4 * k_inner * cfg.hoisted_spill_cycles if spilled else 0), k_inner
+        assert _details(sch)[1]["preheader"] == 0
