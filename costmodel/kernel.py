@@ -178,7 +178,8 @@ class KernelConfig:
     # register allocator then stores them to the stack there, and the body reads them back. Cycles per hoisted vector
     # (its load and its spill store), once per run of the loop, when some are spilled; 0: not counted. The Zen 5 GEMM
     # search's pick of session 67 (a 4 x 64 tile whose 64 broadcasts of A are invariant in a 2-iteration column
-    # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68)
+    # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68). The Zen 5
+    # file sets 1 (docs/measurements-costmodel.md, "Session 68")
     hoisted_spill_cycles: float = 0.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
