@@ -661,14 +661,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     hoisted = 0.0  # vectors of contiguous or broadcast operands that LLVM loads once per run of the innermost loop
     for a, kind, n, hoistable in operands:
         share = inner_iter.extent if hoistable and fits else 1
-        if cfg.hoisted_spill_cycles and kind in ("contig", "scalar") and inner_iter is not None \
-                and not a.conditional and inner_iter.var not in _access_vars(a):
+        invariant = inner_iter is not None and not a.conditional and inner_iter.var not in _access_vars(a)
+        if cfg.hoisted_spill_cycles and invariant and kind in ("contig", "scalar"):
             hoisted += _distinct(a, unrolled) * (pieces if kind == "contig" else 1)
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
-            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and inner_iter is not None \
-                    and not a.conditional and inner_iter.var not in _access_vars(a):
+            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and invariant:
                 preheader += n * e_v * cfg.preheader_lane_cycles
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
