@@ -773,22 +773,28 @@ def test_avx512_vectorizes_a_channel_loop_with_gathers_and_scatters():
         assert (det["gathers"] > 0) == avx512, mcpu
 
 
-def _tile_through_memory(lanes: int) -> s_tir.Schedule:
-    """C += A B with a body of 8 rows x 4 reduction steps on one `lanes`-wide vector, iterated over row blocks
-    inside the outer reduction loop (as a 1x1 convolution's pick does): each accumulator is loaded, updated
-    and stored in every iteration."""
-    sch = _matmul(M=40, N=lanes * 4, K=32)
+def _unrolled_tile(M: int, N: int, K: int, rows: int, lanes: int, k_inner: int, outer: str) -> s_tir.Schedule:
+    """C = A B with a body of `k_inner` reduction steps x `rows` rows (both unrolled) on one `lanes`-wide vector;
+    `outer` orders the three loops around it ("jki": column blocks, outer reduction, row blocks innermost)."""
+    sch = _matmul(M=M, N=N, K=K)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
-    i0, i1 = sch.split(i, [None, 8])
+    i0, i1 = sch.split(i, [None, rows])
     j0, j1 = sch.split(j, [None, lanes])
-    k0, k1 = sch.split(k, [None, 4])
-    sch.reorder(j0, k0, i0, k1, i1, j1)
+    k0, k1 = sch.split(k, [None, k_inner])
+    sch.reorder(*({"i": i0, "j": j0, "k": k0}[c] for c in outer), k1, i1, j1)
     sch.unroll(k1)
     sch.unroll(i1)
     sch.vectorize(j1)
     sch.decompose_reduction(C, k0)
     return sch
+
+
+def _tile_through_memory(lanes: int) -> s_tir.Schedule:
+    """C += A B with a body of 8 rows x 4 reduction steps on one `lanes`-wide vector, iterated over row blocks
+    inside the outer reduction loop (as a 1x1 convolution's pick does): each accumulator is loaded, updated
+    and stored in every iteration."""
+    return _unrolled_tile(40, lanes * 4, 32, rows=8, lanes=lanes, k_inner=4, outer="jki")
 
 
 def test_a_widened_vector_pays_an_insert_per_load_and_an_extract_per_store_on_the_fp_pipes():
@@ -1046,18 +1052,7 @@ def _tile_over_column_blocks(k_inner: int, blocks: int) -> s_tir.Schedule:
     """C = A B with a body of `k_inner` reduction steps x 4 rows on 64 lanes (4 vectors), unrolled, iterated by a
     loop over `blocks` column blocks: the body's broadcasts of A do not change with that loop (the Zen 5 GEMM
     search's pick of session 67, small)."""
-    sch = _matmul(M=16, N=64 * blocks, K=64)
-    C = sch.get_sblock("C")
-    i, j, k = sch.get_loops(C)
-    j0, j1 = sch.split(j, [None, 64])
-    k0, k1 = sch.split(k, [None, k_inner])
-    i0, i1 = sch.split(i, [None, 4])
-    sch.reorder(k0, i0, j0, k1, i1, j1)
-    sch.unroll(k1)
-    sch.unroll(i1)
-    sch.vectorize(j1)
-    sch.decompose_reduction(C, k0)
-    return sch
+    return _unrolled_tile(16, 64 * blocks, 64, rows=4, lanes=64, k_inner=k_inner, outer="kij")
 
 
 def test_hoisted_operands_beyond_the_registers_are_spilled_before_each_run_of_the_loop():
