@@ -133,6 +133,10 @@ class KernelConfig:
     # 1200 chose the slower kernel in 12 of the 13 tasks where the two settings chose differently.
     large_body_uops: float = 600.0
     large_body_width: float = 2.0
+    # An unrolled body of more micro-ops than this issues at `large_body_width` whatever its accumulators do; 0: off.
+    # conv1d's 120-s pick on Zen 5 (1024 FMAs, 1537 micro-ops, accumulators in registers) ran about 1.7 micro-ops per
+    # cycle, priced FP-bound at 2 FMAs per cycle (session 68)
+    huge_body_uops: float = 0.0
     # Micro-ops per cycle of a body that multiplies and adds (FMAs), accumulators in registers or not; 0: `issue_width`.
     # On the Emerald Rapids machines 23 of 30 GEMM bodies ran at 1.9-2.2 micro-ops per cycle
     # (benchmarks/kernel_bodies.py) and register tiles alone at 1.8-2.5 (benchmarks/tile_peak.py). No shipped file
@@ -740,7 +744,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
-    width = cfg.large_body_width if acc_in_memory and uops > cfg.large_body_uops else cfg.issue_width  # micro-ops/cycle
+    large = (acc_in_memory and uops > cfg.large_body_uops) or (cfg.huge_body_uops and uops > cfg.huge_body_uops)
+    width = cfg.large_body_width if large else cfg.issue_width  # micro-ops/cycle
     if cfg.fma_issue_width and leaf.ops.get("fma"):
         width = min(width, cfg.fma_issue_width)
     # pipe slots: an operation wider than the datapath occupies a pipe for `pump` cycles (Zen 4's 512-bit ones)

@@ -703,6 +703,17 @@ def test_a_body_beyond_the_large_body_limit_issues_at_the_narrow_width():
     assert relaxed["issue"] == pytest.approx(uops(big) / CFG.issue_width) and relaxed["issue"] < relaxed["fp"]
 
 
+def test_a_body_beyond_the_huge_body_limit_issues_at_the_narrow_width_with_its_accumulators_in_registers():
+    """An 8 x 32 tile (16 accumulators, kept in registers over the outer reduction loop) with 64 reduction steps
+    unrolled: 1024 FMAs in one body. FP-bound by default; issue-bound at `large_body_width` beyond `huge_body_uops`."""
+    sch = _unrolled_tile(8, 32, 128, rows=8, lanes=32, k_inner=64, outer="jik")
+    _, base = _details(sch)
+    assert not base["acc_in_memory"] and base["fp_ops"] == 1024 and base["fp"] > base["issue"]
+    _, huge = _details(sch, cfg=dataclasses.replace(CFG, huge_body_uops=1200))
+    assert base["uops"] > 1200 and huge["issue"] == pytest.approx(huge["uops"] / CFG.large_body_width)
+    assert huge["issue"] > huge["fp"]
+
+
 def _strided_conv(gapless: bool) -> s_tir.Schedule:
     """Y[f, x] = sum over c, r of X[c, 2x + r] W[f, c, r] with x innermost (LLVM's loop vectorizer takes it) and the
     f copies unrolled; with `gapless` the r copies are unrolled around x as well, so together they read every
