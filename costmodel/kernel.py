@@ -646,28 +646,31 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     # vectors and the body's outputs fit the registers (otherwise the assembly rebuilds most of them in the loop).
     # Credited for operands assembled lane by lane, where it changes the body's cost by large factors
     # (docs/measurements-costmodel.md)
-    operands = []  # (access, kind, distinct elements in the body, hoistable)
+    # (access, kind, distinct elements in the body, elements loaded per body, invariant in the innermost loop)
+    operands = []
     for a in in_memory:
         if is_update and a.buffer == out.buffer:
             continue
         kind = _access_kind(a, vec)
-        hoistable = cfg.hoist_invariant and kind in ("gather", "strided") and inner_iter is not None \
-            and not a.conditional and inner_iter.var not in _access_vars(a)
-        n = _distinct(a, unrolled)
+        invariant = inner_iter is not None and not a.conditional and inner_iter.var not in _access_vars(a)
+        distinct = n = _distinct(a, unrolled)
         if cfg.register_reuse and kind in ("contig", "scalar"):
             # registers left by the accumulators (all of them when the accumulators go through memory)
             free = cfg.registers - outputs if outputs <= cfg.registers else cfg.registers
             n *= _register_reloads(a, body, unrolled, max(1.0, free))
-        operands.append((a, kind, n, hoistable))
-    fits = sum(n * vops for _, _, n, h in operands if h) + outputs <= cfg.registers
+        operands.append((a, kind, distinct, n, invariant))
+
+    def hoistable(kind: str, invariant: bool) -> bool:  # a gathered or strided operand LLVM assembles once
+        return cfg.hoist_invariant and kind in ("gather", "strided") and invariant
+
+    fits = sum(n * vops for _, kind, _, n, inv in operands if hoistable(kind, inv)) + outputs <= cfg.registers
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
     preheader = 0.0  # cycles before each run of the innermost iterating loop
     hoisted = 0.0  # vectors of contiguous or broadcast operands that LLVM loads once per run of the innermost loop
-    for a, kind, n, hoistable in operands:
-        share = inner_iter.extent if hoistable and fits else 1
-        invariant = inner_iter is not None and not a.conditional and inner_iter.var not in _access_vars(a)
+    for a, kind, distinct, n, invariant in operands:
+        share = inner_iter.extent if hoistable(kind, invariant) and fits else 1
         if cfg.hoisted_spill_cycles and invariant and kind in ("contig", "scalar"):
-            hoisted += _distinct(a, unrolled) * (pieces if kind == "contig" else 1)
+            hoisted += distinct * (pieces if kind == "contig" else 1)
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
