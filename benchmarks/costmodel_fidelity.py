@@ -124,6 +124,9 @@ def main() -> int:
     ap.add_argument("--fit-out", default=None, help="also write coefficients fitted on every operator to this file")
     ap.add_argument("--launch-cycles", type=float, default=None,
                     help="cycles per parallel-region entry pinned in every fit (default: measured now; 0: fitted)")
+    ap.add_argument("--burst-store-cycles", type=float, default=None,
+                    help="with --fit-out: cycles per line of a network kernel's burst of stores, recorded in the file "
+                         "(default: measured now)")
     ap.add_argument("--l1-hidden", type=float, default=None,
                     help="L1 refills per kernel cycle taken as hidden in every fit (default: the shipped file's)")
     ap.add_argument("--kernel", action="append", default=None, metavar="FIELD=VALUE",
@@ -145,7 +148,8 @@ def main() -> int:
     from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
 
     return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
-                    l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel))
+                    l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel),
+                    burst_cycles=args.burst_store_cycles)
 
 
 if __name__ == "__main__":

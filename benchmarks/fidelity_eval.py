@@ -12,7 +12,7 @@ from scipy import stats
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import fit_log_ranking, parallel_region_cycles
+from drytune.costmodel.calibrate import burst_store_cycles, fit_log_ranking, parallel_region_cycles
 from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.dataset import MeasuredRow, program_digest, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
@@ -254,9 +254,11 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
              fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None,
-             kernel: dict[str, float] | None = None) -> int:
+             kernel: dict[str, float] | None = None, burst_cycles: float | None = None) -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
     `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted);
+    `burst_cycles` the burst-store one (None: measured here; suite operators are no network kernels, so it is
+    never fitted: the file records it);
     `l1_hidden` is the L1 refills per kernel cycle taken as hidden in every fit (None: the shipped file's);
     `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults)."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
@@ -286,7 +288,12 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
-        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured)
+        burst_measured = burst_cycles is None
+        if burst_measured:
+            burst_cycles = burst_store_cycles(target, spec.freq_ghz, spec.cores)
+            print(f"measured burst-store cost: {burst_cycles:.1f} cycles per line per core", flush=True)
+        write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured,
+                  burst=(burst_cycles, burst_measured))
     calibrated_path = shipped_coefficients_path()  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
@@ -345,12 +352,16 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
               fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
-              kernel: dict[str, float] | None = None, launch_measured: bool = True) -> None:
+              kernel: dict[str, float] | None = None, launch_measured: bool = True,
+              burst: tuple[float, bool] = (0.0, False)) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU);
-    `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles)."""
+    `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles);
+    `burst`: the burst-store cycles per line the file records and whether this run measured them."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
     feats = np.array([e["values"] for _, e in pairs])
     secs = np.array([r.seconds for r, _ in pairs])
+    burst_col = FEATURE_NAMES.index("burst_store_lines")
+    fixed = (fixed or {}) | {burst_col: burst[0]}
     coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init, fixed=fixed)
     rel = float(np.median(np.abs(feats @ coef / (spec.freq_ghz * 1e9) / secs - 1)))
     threads = dt.threads.default_runtime_threads()
@@ -362,7 +373,13 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
-    for col, value in (fixed or {}).items():
+    for col, value in fixed.items():
+        if col == burst_col:
+            how = "measured before the fit" if burst[1] else "given to the fit (--burst-store-cycles)"
+            origin += (f" {FEATURE_NAMES[col]} is not fitted (suite operators are no network kernels) but {how}: "
+                       f"{value:.1f} cycles per line per core (drytune.costmodel.calibrate.burst_store_cycles: a 4-MiB "
+                       "fill with its output flushed against warm).")
+            continue
         how = "measured before the fit" if launch_measured else "given to the fit (--launch-cycles)"
         origin += (f" {FEATURE_NAMES[col]} is not fitted but {how}: {value:.0f} cycles per "
                    "parallel-region entry (drytune.costmodel.calibrate.parallel_region_cycles: 8 near-empty "

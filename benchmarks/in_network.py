@@ -77,13 +77,14 @@ def isolated_times(mods: list, target, worker: MeasureWorker, rounds: int) -> tu
 
 def main() -> int:
     ap = work_dir_parser(__doc__, rounds=5)
+    ap.add_argument("--fast-math", action="store_true", help="the network as networks.py --fast-math tuned it")
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
     target, mdir = open_work_dir(args.work_dir, args.model, args.threads)
     _, examples = zoo.get_model(args.model)
     in_place = in_place_times(model_dir(os.path.abspath(args.work_dir), args.model), random_arrays(examples, 0),
                               args.rounds)
-    tasks, plain = marked_and_plain_tasks(args.model, args.threads, target)
+    tasks, plain = marked_and_plain_tasks(args.model, args.threads, target, args.fast_math)
     choices = either_records(RecordStore(os.path.join(mdir, "drytune")), tasks, plain)
     db = ms.database.JSONDatabase(work_dir=os.path.join(mdir, "ms_long_db"), allow_missing=False)
     rows = []

@@ -21,7 +21,7 @@ import tvm
 from scipy.optimize import least_squares, nnls
 from tvm import s_tir, te
 
-from ..measure import measure_modules
+from ..measure import cold_timing, measure_modules
 from ..space import SearchSpace
 from ..task import Task
 from .cpu_features import FEATURE_NAMES, hide_l1_refills
@@ -122,6 +122,34 @@ def parallel_region_cycles(target: tvm.target.Target, freq_ghz: float, regions: 
     return float(np.median(per_round)) * freq_ghz * 1e9
 
 
+def burst_store_module(mib: int = 4, width: int = 1024) -> tuple[tvm.IRModule, float]:
+    """A fill of `mib` MiB (rows of `width` floats, parallel over the rows, 16-lane vectors) from a small input, and
+    the cache lines it stores: nothing but a burst of stores."""
+    rows = mib * 1024 * 1024 // 4 // width
+    a = te.placeholder((width,), "float32", name="a")
+    out = te.compute((rows, width), lambda i, j: a[j] + 1.0, name="out")
+    sch = s_tir.Schedule(te.create_prim_func([a, out]))
+    i, j = sch.get_loops(sch.get_sblock("out"))
+    sch.parallel(i)
+    sch.vectorize(sch.split(j, [None, 16])[1])
+    return sch.mod, rows * width * 4 / 64
+
+
+def burst_store_cycles(target: tvm.target.Target, freq_ghz: float, cores: int, rounds: int = 5) -> float:
+    """Measured cycles per cache line, per core, that a burst of stores to memory evicted from the caches (a network
+    kernel's output) costs beyond the same stores to cached memory: `burst_store_module` with its output flushed
+    before each run against it repeated, interleaved over `rounds`, median."""
+    mod, lines = burst_store_module()
+    per_round = []
+    for _ in range(rounds):
+        cold = measure_modules([mod], target, **cold_timing(15))[0].seconds
+        warm = measure_modules([mod], target, number=3, repeat=3, min_repeat_ms=50)[0].seconds
+        if not (math.isfinite(cold) and math.isfinite(warm)):
+            raise RuntimeError("the burst-store microbenchmark failed to build or run")
+        per_round.append(max(cold - warm, 0.0) * freq_ghz * 1e9 / (lines / cores))
+    return float(np.median(per_round))
+
+
 def features_of_rows(model: StaticCostModel, rows: Sequence[MeasuredRow], spaces: dict[str, SearchSpace]
                      ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Feature matrix, measured seconds and operator names of the rows whose candidates could be analysed."""
@@ -165,15 +193,18 @@ def calibrate(tasks: Sequence[Task], samples: int, data_path: str, out_path: str
     hidden = model.coefficients.l1_hidden_per_cycle  # kept from the file being replaced: a choice, not fitted here
     feats = hide_l1_refills(feats, hidden)
     launch = parallel_region_cycles(target, model.spec.freq_ghz)
+    burst = burst_store_cycles(target, model.spec.freq_ghz, model.spec.cores)
     coef = fit_log_ranking(feats, secs, model.spec.freq_ghz, groups=ops, init=model.coefficients.vector(),
-                           fixed={FEATURE_NAMES.index("parallel_launches"): launch})
+                           fixed={FEATURE_NAMES.index("parallel_launches"): launch,
+                                  FEATURE_NAMES.index("burst_store_lines"): burst})
     pred = feats @ coef / (model.spec.freq_ghz * 1e9)
     rel = float(np.median(np.abs(pred / secs - 1)))
     origin = (f"Calibrated by `drytune calibrate` on {time.strftime('%Y-%m-%d')} on {platform.machine()} "
               f"({model.spec.name}); {len(secs)} measured candidates of {', '.join(spaces)}; non-negative fit "
               f"of log latency with each operator's mean removed (soft-L1 loss); median relative error of the fit "
               f"{rel:.2f}. parallel_launches is not fitted but measured ({launch:.0f} cycles per parallel-region "
-              f"entry: 8 near-empty parallel nests against the same nests serial).")
+              f"entry: 8 near-empty parallel nests against the same nests serial); burst_store_lines neither "
+              f"({burst:.1f} cycles per line per core: a 4-MiB fill with its output flushed against warm).")
     if hidden:
         origin += f" L1 refills up to {hidden} lines per kernel cycle taken as hidden (not fitted)."
     kernel = model.coefficients.kernel_settings  # the features above were computed with them: kept, not fitted

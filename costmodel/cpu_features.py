@@ -20,6 +20,7 @@ import tvm
 from ..prepack import constant_weight_params
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
+from .burststore import burst_store_lines
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
@@ -43,7 +44,10 @@ FEATURE_NAMES = (
     "asm_fp_cycles",  # TIR FP ops x cycles per FP lane of the generated code (costmodel.fpratio) + libm calls, per core
     "asm_fp_serial_cycles",  # the same on one core
     "stack_mem",  # loads/stores through the stack pointer in the FP code (spills) per FP lane x TIR FP ops, per core
+    "burst_store_lines",  # a network kernel's output lines stored in bursts the compute does not hide, per core
 )
+# Features added after coefficient files were fitted: a file without one weighs it 0.
+ADDED_FEATURES = frozenset({"burst_store_lines"})
 
 _L1_LINES, _KERNEL_CYCLES = FEATURE_NAMES.index("l1_lines"), FEATURE_NAMES.index("kernel_cycles")
 
@@ -190,10 +194,21 @@ class CPUFeatureExtractor:
             asm_fp / speedup,
             asm_fp,
             stack_accesses_per_fp_lane(program, counts) * fp_ops / speedup,
+            self._burst_store_lines(mod, tree),
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)
 
+    def _burst_store_lines(self, mod: tvm.IRModule, tree: LoopTree) -> float:
+        """Output lines stored in bursts, for a network's kernel only (its weights marked): there the output lands in
+        memory that the kernels before it evicted; a kernel timed alone and repeated finds it in the caches."""
+        func = mod["main"]
+        if not constant_weight_params(func):
+            return 0.0
+        params = {str(p.name) for p in func.params}
+        outputs = {a.buffer for a in tree.accesses() if a.is_write and a.buffer in params}
+        return burst_store_lines(tree, outputs, self.kernel.store_burst_lines, self.spec.cores)
 
-__all__ = ["FEATURE_NAMES", "AsmParseError", "CPUFeatureExtractor", "CPUFeatures", "parallel_speedup",
+
+__all__ = ["ADDED_FEATURES", "FEATURE_NAMES", "AsmParseError", "CPUFeatureExtractor", "CPUFeatures", "parallel_speedup",
            "without_argument_checks"]

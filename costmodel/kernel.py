@@ -185,6 +185,10 @@ class KernelConfig:
     # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68). The Zen 5
     # file sets 1 (docs/measurements-costmodel.md, "Session 68")
     hoisted_spill_cycles: float = 0.0
+    # A network kernel's statement that stores more than this many lines of an output with nothing else in between
+    # (its own loops) waits on memory for them (`burststore`); fewer drain beside the compute around them. On the Zen 5
+    # MobileNet-V2 pools (session 69) 4 and 8 ranked alike, 32 worse
+    store_burst_lines: float = 8.0
     # Pipe cycles of one FP operation on a full-width vector where the datapath is narrower (Zen 4 runs a 512-bit
     # operation on a 256-bit pipe for two cycles); operations on vectors that fit the datapath take one. 1: none.
     pump: int = 1
@@ -845,11 +849,15 @@ def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None =
         if lines:
             nest += lines * cfg.remote_line_cycles
             bounds["remote"] = bounds.get("remote", 0.0) + lines * cfg.remote_line_cycles
-        par = _first_parallel_extent(root)
-        speed = par / math.ceil(par / spec.cores) if par > 1 else 1.0
         serial += nest
-        per_core += nest / speed
+        per_core += nest / nest_speedup(root, spec.cores)
     return KernelEstimate(per_core, serial, bounds)
+
+
+def nest_speedup(root, cores: int) -> float:
+    """Speed-up of a root nest on `cores`: its first parallel loop's extent over the rounds it takes (imbalance)."""
+    par = _first_parallel_extent(root)
+    return par / math.ceil(par / cores) if par > 1 else 1.0
 
 
 def _first_parallel_loop(root) -> LoopNode | None:

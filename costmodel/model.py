@@ -29,7 +29,14 @@ from ..prepack import kernel_as_run
 from ..target import HardwareSpec, resolve_target
 from ..task import Task
 from .base import CostModel
-from .cpu_features import FEATURE_NAMES, CPUFeatureExtractor, CPUFeatures, hide_l1_refills, parallel_speedup
+from .cpu_features import (
+    ADDED_FEATURES,
+    FEATURE_NAMES,
+    CPUFeatureExtractor,
+    CPUFeatures,
+    hide_l1_refills,
+    parallel_speedup,
+)
 from .kernel import KernelConfig, kernel_cycles
 from .looptree import LoopTree
 
@@ -54,10 +61,12 @@ class Coefficients:
         """Read a coefficients file; `names` are the features it must weigh (CPU features or GPU terms)."""
         with open(path) as f:
             data = json.load(f)
-        missing = [n for n in names if n not in data["coefficients"]]
+        missing = [n for n in names if n not in data["coefficients"] and n not in ADDED_FEATURES]
         if missing:
             raise ValueError(f"{path}: coefficients missing for features {missing}")
-        return cls(data["arch"], {k: float(v) for k, v in data["coefficients"].items()}, data["origin"],
+        values = dict.fromkeys(ADDED_FEATURES & set(names), 0.0)
+        values |= {k: float(v) for k, v in data["coefficients"].items()}
+        return cls(data["arch"], values, data["origin"],
                    {k: v for k, v in data.items() if k not in ("arch", "coefficients", "origin")})
 
     def save(self, path: str) -> None:
