@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -109,9 +110,8 @@ def main() -> int:
                        "median_abs_log_error": float(np.median(np.abs(np.log(per_kernel)))),
                        "ratio_correlation": float(np.corrcoef(ours_over_theirs, in_net)[0, 1]),
                        "faster_agrees": float(np.mean(np.sign(ours_over_theirs) == np.sign(in_net)))}
-    lines = [f"# {args.model}: kernels inside the network against the same kernels alone", "",
-             f"`python benchmarks/in_network.py --model {args.model} --work-dir {args.work_dir} --rounds {args.rounds}"
-             + (f" --tag {args.tag}`" if args.tag else "`"), "",
+    command = "python benchmarks/in_network.py " + " ".join(sys.argv[1:])
+    lines = [f"# {args.model}: kernels inside the network against the same kernels alone", "", f"`{command}`", "",
              f"{len(rows)} tasks, drytune's pick and MetaSchedule's kernel each. In network: seconds per call inside "
              f"the built network (median of {args.rounds} runs, the VM's instrument hook around each call). Hot: "
              "timed alone, repeated; cold: alone, every argument but the activation flushed before each run.", "",
@@ -124,7 +124,7 @@ def main() -> int:
     lines += [f"| {r['task']} | {r['calls']:.0f} | " + " | ".join(
         " / ".join(f"{r[lib][k] * 1e3:.3f}" for k in ("in_network_s", "hot_s", "cold_s")) for lib in LIBRARIES) + " |"
         for r in rows]
-    write_report(f"in_network_{args.model}", args.tag, {"rows": rows, "stats": stats}, lines)
+    write_report(f"in_network_{args.model}", args.tag, {"rows": rows, "stats": stats, "command": command}, lines)
     return 0
 
 
