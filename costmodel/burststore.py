@@ -3,9 +3,10 @@
 Inside a network a kernel writes its output to memory that the kernels before it have evicted from the caches.
 Stores spread through a multiply-add loop (an epilogue over a few accumulators) drain while the loop runs; a loop nest
 that only stores, over more lines than the core keeps in flight (an epilogue over a whole tile, a copy), waits on
-memory for each line. Zen 5, MobileNet-V2's 112 x 112 x 96 expansion convolution: the seven kernels whose epilogue
-walks a tile of 56-4704 lines ran 1.7-2.6x slower with their output flushed than warm, the one that applies it to four
-accumulators at a time 1.14x.
+memory for each line. Zen 5, MobileNet-V2's 112 x 112 x 96 expansion convolution: a pick whose epilogue walks
+14 x 14 x 48 tiles ran 1.76x slower with its output flushed than warm, one that applies it to four accumulators at a
+time 1.14x; the init and epilogue alone of eight picks cost 3.7-9.6 cycles more per output line and core flushed
+(docs/measurements-costmodel.md, "Session 69").
 """
 
 from __future__ import annotations

@@ -225,6 +225,7 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     assert len(rows) == 14 and all(len(r.times) == 2 and r.seconds == np.median(r.times) for r in rows if r.ok)
     loaded = Coefficients.load(str(out))
     assert loaded.values == coeffs.values and "Calibrated" in loaded.origin
+    assert "burst_store_lines neither" in loaded.origin  # measured, not fitted (the rows are no network kernels)
     assert all(v >= 0 for v in loaded.values.values())
     model = StaticCostModel(tasks[0].target, coefficients=str(out))
     assert np.all(np.isfinite(model.predict(tasks[0], dt.SearchSpace(tasks[0]).sample(2, seed=3))))
