@@ -22,15 +22,8 @@ import numpy as np
 from pick_pool import pools
 from report_files import write_report
 
-from drytune.costmodel.burststore import burst_store_lines
+from drytune.costmodel.burststore import burst_store_lines, output_params
 from drytune.costmodel.looptree import LoopTree
-
-
-def outputs_of(mod) -> set[str]:
-    """The parameters of the module's main function that it writes."""
-    tree = LoopTree.from_mod(mod)
-    params = {str(p.name) for p in mod["main"].params}
-    return {a.buffer for a in tree.accesses() if a.is_write and a.buffer in params}
 
 
 def choice_quality(rows: list[dict], extra_ms: dict[tuple[str, str], float]) -> tuple[float, float]:
@@ -74,7 +67,8 @@ def main() -> int:
             mod = mods.get(m["key"])
             if mod is None:
                 continue
-            tree, outs = LoopTree.from_mod(mod), outputs_of(mod)
+            tree = LoopTree.from_mod(mod)
+            outs = output_params(mod, tree)
             for t in thresholds:
                 lines[(t, nt.name, m["key"])] = burst_store_lines(tree, outs, t, args.cores)
             members.append({"key": m["key"], "measured_ms": m["measured_ms"], "priced": m["priced_ms"][args.file]})

@@ -360,9 +360,8 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
     feats = np.array([e["values"] for _, e in pairs])
     secs = np.array([r.seconds for r, _ in pairs])
-    burst_col = FEATURE_NAMES.index("burst_store_lines")
-    fixed = (fixed or {}) | {burst_col: burst[0]}
-    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init, fixed=fixed)
+    pinned = (fixed or {}) | {FEATURE_NAMES.index("burst_store_lines"): burst[0]}
+    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init, fixed=pinned)
     rel = float(np.median(np.abs(feats @ coef / (spec.freq_ghz * 1e9) / secs - 1)))
     threads = dt.threads.default_runtime_threads()
     origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/costmodel_fidelity.py --fit-out with "
@@ -373,17 +372,15 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
-    for col, value in fixed.items():
-        if col == burst_col:
-            how = "measured before the fit" if burst[1] else "given to the fit (--burst-store-cycles)"
-            origin += (f" {FEATURE_NAMES[col]} is not fitted (suite operators are no network kernels) but {how}: "
-                       f"{value:.1f} cycles per line per core (drytune.costmodel.calibrate.burst_store_cycles: a 4-MiB "
-                       "fill with its output flushed against warm).")
-            continue
+    for col, value in (fixed or {}).items():
         how = "measured before the fit" if launch_measured else "given to the fit (--launch-cycles)"
         origin += (f" {FEATURE_NAMES[col]} is not fitted but {how}: {value:.0f} cycles per "
                    "parallel-region entry (drytune.costmodel.calibrate.parallel_region_cycles: 8 near-empty "
                    "parallel nests against the same nests serial).")
+    how = "measured before the fit" if burst[1] else "given to the fit (--burst-store-cycles)"
+    origin += (f" burst_store_lines is not fitted (suite operators are no network kernels) but {how}: {burst[0]:.1f} "
+               "cycles per line per core (drytune.costmodel.calibrate.burst_store_cycles: a 4-MiB fill with its output "
+               "flushed against warm).")
     if l1_hidden:
         origin += (f" L1 refills up to {l1_hidden} lines per kernel-model cycle are taken as hidden behind the kernel "
                    "(not fitted: chosen with benchmarks/l1_overlap.py, docs/measurements-costmodel.md 'L1 refills "

@@ -11,8 +11,16 @@ time 1.14x; the init and epilogue alone of eight picks cost 3.7-9.6 cycles more 
 
 from __future__ import annotations
 
+import tvm
+
 from .kernel import nest_speedup, statement_paths
 from .looptree import LoopTree, StmtLeaf
+
+
+def output_params(mod: tvm.IRModule, tree: LoopTree) -> set[str]:
+    """The parameters of the module's main function that it writes (`tree` is its loop tree)."""
+    params = {str(p.name) for p in mod["main"].params}
+    return {a.buffer for a in tree.accesses() if a.is_write and a.buffer in params}
 
 
 def _own_run(leaf: StmtLeaf, path: list) -> int:

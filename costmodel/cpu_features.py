@@ -20,7 +20,7 @@ import tvm
 from ..prepack import constant_weight_params
 from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
-from .burststore import burst_store_lines
+from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
@@ -202,12 +202,9 @@ class CPUFeatureExtractor:
     def _burst_store_lines(self, mod: tvm.IRModule, tree: LoopTree) -> float:
         """Output lines stored in bursts, for a network's kernel only (its weights marked): there the output lands in
         memory that the kernels before it evicted; a kernel timed alone and repeated finds it in the caches."""
-        func = mod["main"]
-        if not constant_weight_params(func):
+        if not constant_weight_params(mod["main"]):
             return 0.0
-        params = {str(p.name) for p in func.params}
-        outputs = {a.buffer for a in tree.accesses() if a.is_write and a.buffer in params}
-        return burst_store_lines(tree, outputs, self.kernel.store_burst_lines, self.spec.cores)
+        return burst_store_lines(tree, output_params(mod, tree), self.kernel.store_burst_lines, self.spec.cores)
 
 
 __all__ = ["ADDED_FEATURES", "FEATURE_NAMES", "AsmParseError", "CPUFeatureExtractor", "CPUFeatures", "parallel_speedup",

@@ -21,13 +21,18 @@ from drytune.target import resolve_target
 M, N, K = 64, 256, 32  # the output: 64 x 256 floats, 1024 lines
 
 
-def _matmul_relu(epilogue_rows: int | None) -> tvm.IRModule:
-    """relu(A @ W + 1) with 8 x 64 tiles; the epilogue applied to the tile's rows `epilogue_rows` at a time (inside
-    the tile, right after its reduction), or (None) over the whole 8 x 64 tile after it."""
+def _matmul() -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """The operands and the product C = A @ W."""
     a = te.placeholder((M, K), "float32", name="a")
     w = te.placeholder((K, N), "float32", name="w")
     k = te.reduce_axis((0, K), name="k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+    return a, w, te.compute((M, N), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+
+
+def _matmul_relu(epilogue_rows: int | None) -> tvm.IRModule:
+    """relu(A @ W + 1) with 8 x 64 tiles; the epilogue applied to the tile's rows `epilogue_rows` at a time (inside
+    the tile, right after its reduction), or (None) over the whole 8 x 64 tile after it."""
+    a, w, c = _matmul()
     d = te.compute((M, N), lambda i, j: te.max(c[i, j] + 1.0, 0.0), name="d")
     sch = s_tir.Schedule(te.create_prim_func([a, w, d]))
     i, j, kk = sch.get_loops(sch.get_sblock("c"))
@@ -58,10 +63,7 @@ def test_an_epilogue_over_a_whole_tile_stores_in_bursts_one_over_a_row_does_not(
 
 
 def test_a_reduction_into_the_output_is_not_a_burst() -> None:
-    a = te.placeholder((M, K), "float32", name="a")
-    w = te.placeholder((K, N), "float32", name="w")
-    k = te.reduce_axis((0, K), name="k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+    a, w, c = _matmul()
     tree = LoopTree.from_mod(tvm.IRModule({"main": te.create_prim_func([a, w, c])}))
     assert burst_store_lines(tree, {"c"}, 8) == 0
 
