@@ -79,16 +79,20 @@ class BenchConfig:
     verify_top_k: int = 3  # the verify phase measures each task's k best predictions
     coefficients: str | None = None  # drytune's cost model with this coefficients file (None: the shipped one)
     space: tuple[str, ...] = ()  # SpaceConfig fields set for drytune's tuning, as FIELD=VALUE (a Python literal)
+    verify: tuple[str, ...] = ()  # VerifyConfig fields set for the verify phase, as FIELD=VALUE
 
     def tune_config(self):
         """The NetworkTuneConfig that tune_network gets (None: the defaults)."""
-        if not self.space:
+        if not self.space and not self.verify:
             return None
         from drytune.scheduler.config import NetworkTuneConfig
+        from drytune.search.config import VerifyConfig
         from drytune.sketch.config import SpaceConfig
 
-        fields = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in self.space)}
-        return NetworkTuneConfig(space=SpaceConfig(**fields))
+        def fields(items: tuple[str, ...]) -> dict:
+            return {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in items)}
+
+        return NetworkTuneConfig(space=SpaceConfig(**fields(self.space)), verify=VerifyConfig(**fields(self.verify)))
 
     def cost_model(self) -> functools.partial | None:
         """The cost-model spec that tune_network gets (None: the static model with the shipped file)."""
@@ -659,6 +663,8 @@ def main() -> int:
                          "this CPU)")
     ap.add_argument("--space", action="append", default=[], metavar="FIELD=VALUE",
                     help="a SpaceConfig field of drytune's search spaces, e.g. cpu_pack_conv_weights=False")
+    ap.add_argument("--verify", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a VerifyConfig field of the verify phase, e.g. cold_weight_share=0.0")
     ap.add_argument("--force", action="store_true", help="redo phases that finished before")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)  # the user's command, for the report
     args = ap.parse_args()
@@ -668,7 +674,8 @@ def main() -> int:
     cfg = BenchConfig(budget_s=parse_duration(args.budget), long_budget_s=parse_duration(args.long_budget),
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
                       rounds=args.rounds, fast_math=args.fast_math, layout=args.layout,
-                      verify_top_k=args.verify_top_k, coefficients=args.coefficients, space=tuple(args.space))
+                      verify_top_k=args.verify_top_k, coefficients=args.coefficients, space=tuple(args.space),
+                      verify=tuple(args.verify))
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..search.config import VerifyConfig
 from ..sketch.config import SpaceConfig
 
 
@@ -41,5 +42,6 @@ class NetworkTuneConfig:
     # verify_top_k measures only tasks with at least this share of the predicted network latency (weight x best
     # prediction): the smallest of MobileNet-V2's 34 tasks took as long to measure as the largest
     verify_min_share: float = 0.01
+    verify: VerifyConfig = field(default_factory=VerifyConfig)  # how verify_top_k times each task's candidates
     space: SpaceConfig = field(default_factory=SpaceConfig)  # every task's search space (a resumed or verifying run
     # must use the one its records were tuned in: records of sketches it does not derive are ignored)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..layout import resolve_layout
 from ..records import Record, RecordStore
+from ..search.config import VerifyConfig
 from ..search.scorer import CostModelSpec, DeferredScorer, Scorer, make_scorer
 from ..search.tune import heal_records
 from ..target import resolve_target, target_identity
@@ -140,7 +141,7 @@ def tune_network(
             if not lim.skip:
                 tuner.tuner(i)
         t0 = time.perf_counter()
-        preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share)
+        preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share, config.verify)
         phase_seconds["verify"] = time.perf_counter() - t0
     inputs = reference = None
     if check:
@@ -163,7 +164,8 @@ def _spent(total: Budget, rounds: Sequence) -> bool:
     return total.trials is not None and sum(r.trials for r in rounds) >= total.trials
 
 
-def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0) -> dict[str, Record]:
+def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0,
+                 verify: VerifyConfig | None = None) -> dict[str, Record]:
     """Measure the k best candidates of every tuned task on this CPU; the fastest of each is preferred in the build,
     and the measured seconds go to the work directory's measured.json (the report's "measured" column).
 
@@ -196,11 +198,12 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
                  len(small), 100 * min_share, ", ".join(small))
     preferred = {}
     try:
-        prebuild_verification([(tuner.tasks[i].task, tuner.tuner(i).archive) for i in chosen], k)
+        verify = verify or VerifyConfig()
+        prebuild_verification([(tuner.tasks[i].task, tuner.tuner(i).archive) for i in chosen], k, verify)
         for i in chosen:
             nt = tuner.tasks[i]
             try:
-                sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k)
+                sel = select_best(nt.task, tuner.tuner(i).archive, verify_top_k=k, verify=verify)
             except SearchError as err:
                 log.warning("verify_top_k: %s", err)
                 continue
