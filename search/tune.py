@@ -14,7 +14,7 @@ from ..records import RECORD_FILE, WORKLOAD_FILE, RecordStore
 from ..space import SearchSpace
 from ..task import Task
 from .config import TuneConfig
-from .scorer import CostModelSpec, Scorer, make_scorer
+from .scorer import CostModelSpec, DeferredScorer, Scorer, make_scorer
 from .select import select_best
 from .tuner import CurvePoint, TaskTuner, fit_round
 
@@ -104,8 +104,10 @@ def tune(
         trials = config.default_trials
     start = time.perf_counter()
     own_scorer = scorer is None
-    if scorer is None:
-        scorer = make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address)
+    if scorer is None:  # made on first use: a call that only verifies or reads its records back starts no Ray
+        scorer = DeferredScorer(lambda: make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address))
+        if trials != 0:
+            scorer.start_in_background()
     if work_dir is not None and os.path.isdir(work_dir):
         heal_records(work_dir)
     store = RecordStore(work_dir) if work_dir is not None else None

@@ -225,6 +225,21 @@ def test_verified_tune_returns_the_fastest_measured_of_the_top_k(gemm: dt.Task, 
     np.testing.assert_allclose(out[-1], ref[-1], rtol=1e-3, atol=1e-3)
 
 
+def test_a_tune_that_only_verifies_starts_no_scorer(gemm: dt.Task, tmp_path, monkeypatch) -> None:
+    """Reading a work directory back and measuring its top-k needs no Ray: a scorer started for it would still be
+    starting (importing TVM on every core) while the candidates are timed."""
+    tune_module = sys.modules["drytune.search.tune"]  # the package exports the function under the module's name
+    tune(gemm, trials=16, strategy="evolutionary", num_workers=0, progress=False, work_dir=str(tmp_path),
+         config=TuneConfig(round_size=8))
+
+    def no_scorer(*args, **kwargs):
+        raise AssertionError("a scorer was made")
+
+    monkeypatch.setattr(tune_module, "make_scorer", no_scorer)
+    result = tune(gemm, trials=0, strategy="evolutionary", progress=False, work_dir=str(tmp_path), verify_top_k=2)
+    assert len(result.measured_top) == 2 and result.measured == min(t for _, _, t in result.measured_top)
+
+
 def test_ray_scorer_with_two_workers_matches_local_scores(gemm: dt.Task) -> None:
     cands = dt.SearchSpace(gemm).sample(10, seed=5)
     with RayScorer(None, num_workers=2) as scorer:
