@@ -106,7 +106,7 @@ def tune(
     own_scorer = scorer is None
     if scorer is None:  # made on first use: a call that only verifies or reads its records back starts no Ray
         scorer = DeferredScorer(lambda: make_scorer(cost_model, num_workers=num_workers, ray_address=ray_address))
-        if trials != 0:
+        if trials != 0 and num_workers != 0:  # Ray starts while the records are read back
             scorer.start_in_background()
     if work_dir is not None and os.path.isdir(work_dir):
         heal_records(work_dir)
