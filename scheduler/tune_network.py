@@ -141,7 +141,7 @@ def tune_network(
             if not lim.skip:
                 tuner.tuner(i)
         t0 = time.perf_counter()
-        preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify_min_share, config.verify)
+        preferred = verify_tasks(tuner, tvm_target, verify_top_k, work_dir, config.verify, config.verify_min_share)
         phase_seconds["verify"] = time.perf_counter() - t0
     inputs = reference = None
     if check:
@@ -164,8 +164,8 @@ def _spent(total: Budget, rounds: Sequence) -> bool:
     return total.trials is not None and sum(r.trials for r in rounds) >= total.trials
 
 
-def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: float = 0.0,
-                 verify: VerifyConfig | None = None) -> dict[str, Record]:
+def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, verify: VerifyConfig,
+                 min_share: float = 0.0) -> dict[str, Record]:
     """Measure the k best candidates of every tuned task on this CPU; the fastest of each is preferred in the build,
     and the measured seconds go to the work directory's measured.json (the report's "measured" column).
 
@@ -198,7 +198,6 @@ def verify_tasks(tuner: NetworkTuner, target, k: int, work_dir: str, min_share: 
                  len(small), 100 * min_share, ", ".join(small))
     preferred = {}
     try:
-        verify = verify or VerifyConfig()
         prebuild_verification([(tuner.tasks[i].task, tuner.tuner(i).archive) for i in chosen], k, verify)
         for i in chosen:
             nt = tuner.tasks[i]
