@@ -87,6 +87,9 @@ class KernelConfig:
     # guard, then unrolled, when the guard can fail in at most this many copies (the edges: the others' conditions
     # fold to true), with masked loads
     slp_guarded_lanes: int = 2
+    # ... but not when the guard also tests an iterating loop's counter at both ends of its range: each copy keeps a
+    # switch of its own (`edge_switch_guarded`)
+    edge_switches: bool = True
     gapped_strides_gather: bool = False  # LLVM gathers a strided load whose copies leave gaps (spec.llvm_gathers)
     # LLVM's loop vectorizer gathers a strided load of a multiply-add body whose copies reach into the next lane's
     # elements (a 3-wide window at stride 2: offsets 0, 1, 2), on every AVX-512 CPU checked (znver4, znver5,
@@ -357,6 +360,22 @@ def guarded_lanes(leaf: StmtLeaf, var: str, extent: int, path: list[LoopNode]) -
     return failing
 
 
+def edge_switch_guarded(leaf: StmtLeaf, outer: list[LoopNode]) -> bool:
+    """Whether a select guard tests the variable of one iterating loop alone and can fail at both ends of its range
+    (a padded row computed over the whole padded height). LLVM turns that range test on a counter of known range
+    into a switch on the edge values, one in every copy of a loop that TVM scalarized for the guard, and neither
+    merges nor packs them: the copies stay scalar, a branch each (depthwise_conv2d's pad, Zen 5, session 71)."""
+    guards = leaf.guard_conditions or ()
+    for lp in outer:
+        if lp.extent < 2:
+            continue
+        own = [g for g in guards if g.loop_vars() == {lp.var}]
+        can_fail = [g.coeffs[lp.var] for g in own if g.interval({lp.var: lp.extent})[0] < 0]
+        if any(c > 0 for c in can_fail) and any(c < 0 for c in can_fail):
+            return True
+    return False
+
+
 def _access_vars(acc: Access) -> set[str]:
     """The loop variables `acc`'s indices read."""
     return set().union(*(ix.loop_vars() for ix in acc.indices))
@@ -619,7 +638,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                          and _access_kind(out, lp.var) == "contig"
                          and (lp.var not in leaf.guard_vars
                               or (plain and lp.extent >= lanes and lp not in by_llvm
-                                  and guarded_lanes(leaf, lp.var, lp.extent, path) <= cfg.slp_guarded_lanes))
+                                  and guarded_lanes(leaf, lp.var, lp.extent, path) <= cfg.slp_guarded_lanes
+                                  and not (cfg.edge_switches and edge_switch_guarded(leaf, outer))))
                          and no_gathers(lp.var)
                          and (not leaf.ops.get("fma") or all(packs(a, lp) for a in in_memory))), None)
         vec = vec_loop.var if vec_loop is not None else None

@@ -4,6 +4,7 @@ accumulator chains, strided and gathered vector accesses, parallel speed-up."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import tvm
@@ -19,6 +20,7 @@ from drytune.costmodel.kernel import (
     _access_kind,
     _memory_pieces,
     _vector_ops,
+    edge_switch_guarded,
     guarded_lanes,
     kernel_cycles,
     register_buffers,
@@ -1030,6 +1032,46 @@ def test_slp_packs_unrolled_stride_2_copies_with_wide_loads_and_permutes():
             cfg, slp_strided_apart=False)
         _, det_off = _details(sch, "depthwise_conv_update", off, spec)
         assert det_off["lanes"] == 1 and det_off["body_cycles"] > 2 * det["body_cycles"], inlined
+
+
+def _padded_plane(split_rows: bool) -> s_tir.Schedule:
+    """A 56 x 56 plane padded by one on every side, vectorized along the padded width (58 lanes, scalarized by TVM
+    for the guard and unrolled by the pragma), its rows one loop over the padded height or split in two."""
+    X = te.placeholder((8, 56, 56), "float32", name="X")
+    P = te.compute((8, 58, 58), lambda c, h, w: tvm.tirx.if_then_else(
+        tvm.tirx.all(h >= 1, h < 57, w >= 1, w < 57), X[c, h - 1, w - 1], tvm.tirx.const(0.0, "float32")), name="P")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, P])}))
+    c, h, w = sch.get_loops(sch.get_sblock("P"))
+    if split_rows:
+        sch.split(h, [None, 2])
+    sch.vectorize(w)
+    sch.annotate(c, "pragma_auto_unroll_max_step", 64)
+    sch.annotate(c, "pragma_unroll_explicit", 1)
+    return sch
+
+
+def test_a_row_guard_on_one_counter_at_both_ends_keeps_the_padded_copies_scalar():
+    """Over the whole padded height the row guard tests one loop counter at both ends (row 0 and row 57): LLVM makes
+    it a switch in each of the 58 copies and leaves them scalar stores. With the rows split in two, each unrolled
+    row's guard can fail at one end only, LLVM merges the copies' branches and packs them into vector stores. The
+    model prices the first as 58 scalar copies (`edge_switch_guarded`), the second as one 58-lane vector."""
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver5"})
+    cfg = KernelConfig.for_spec(spec)
+    for split in (False, True):
+        sch = _padded_plane(split)
+        asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+        scalar_stores = len(re.findall(r"vmovss\s+%xmm\d+, -?\d*\(", asm))
+        vector_stores = len(re.findall(r"vmov[au]ps\s+%[yz]mm\d+, -?\d*\(", asm))
+        leaf, path = _leaf_and_path(LoopTree.from_mod(sch.mod), "P")
+        _, det = _details(sch, "P", cfg, spec)
+        if split:
+            assert scalar_stores < 16 and vector_stores >= 3
+            assert not edge_switch_guarded(leaf, path[:-1]) and det["lanes"] == 58
+        else:
+            assert scalar_stores >= 56 and vector_stores < 3
+            assert edge_switch_guarded(leaf, path[:-1]) and det["lanes"] == 1 and det["statements"] == 58
+            _, det_off = _details(sch, "P", dataclasses.replace(cfg, edge_switches=False), spec)
+            assert det_off["lanes"] == 58 and det["body_cycles"] > 5 * det_off["body_cycles"]
 
 
 def _lowered_loop_extents(mod: tvm.IRModule) -> list[int]:
