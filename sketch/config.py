@@ -49,6 +49,10 @@ class SpaceConfig:
     # softmax, layer_norm and global_avg_pool the picks moved -46% to +14% with no consistent sign, and softmax's
     # 16 sketches (9 without) thinned its search (docs/measurements-costmodel.md, "Lines that change cores")
     rfactor_compute_location: SumPlacement = "elementwise"
+    # rfactor sketches of a sum that its consumer reads broadcast (softmax's row sums) also in a variant whose sum is
+    # computed in the consumer's loops and its partial sums in the sum's, as MetaSchedule's RandomComputeLocation
+    # places an rfactor block's producer: the producers of both can then share one parallel loop per batch
+    rfactor_nest_partials: bool = True
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     cross_thread_threads: tuple[int, ...] = (32, 64, 128, 256, 512)

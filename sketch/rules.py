@@ -73,11 +73,13 @@ class SketchState:
         return analyze_block(self.sch, name, set(self.outputs))
 
     def then(self, step: Step | None, rule: str, *, placed: tuple[str, ...] = (), stay: bool = False,
-             variant: bool = False, deferred: bool = False) -> SketchState:
+             variant: bool = False, deferred: bool = False, label: str | None = None) -> SketchState:
         """A new state with `step` applied to a copy of the program and the visit moved on (`stay`: the rules
         visit the same block again, for a step that prepares it rather than schedules it; `variant`: finished
         after the plain derivations, so that the sketches named before it keep their names; `deferred`: after
-        all other derivations and their variants)."""
+        all other derivations and their variants; `label`: the block named in the rule trace, if not the visited
+        one)."""
+        label = label or (self.worklist[self.index] if self.index < len(self.worklist) else None)
         sch = self.sch.copy()
         probe = self.probe.copy()
         if step is not None:
@@ -87,8 +89,7 @@ class SketchState:
             worklist=self.worklist,
             index=self.index + (0 if stay else 1),
             steps=self.steps + ((step,) if step is not None else ()),
-            rules=self.rules + ((f"{rule}({self.worklist[self.index]})" if self.index < len(self.worklist)
-                                 else rule,) if step is not None else ()),
+            rules=self.rules + ((f"{rule}({label})" if label else rule,) if step is not None else ()),
             placed=self.placed | frozenset(placed),
             probe=probe,
             outputs=self.outputs,
@@ -183,16 +184,28 @@ class AddRFactor(SketchRule):
         if ctx.config.rfactor_split and info.space_extent < ctx.spec.cores:
             plain.append(state.then(RFactor(info.name, "split", m), self.name, variant=True))
         mode = ctx.config.rfactor_compute_location
-        if mode == "none" or (mode == "elementwise" and not _read_elementwise_once(state, info)):
+        elementwise = _read_elementwise_once(state, info)
+        place = mode == "all" or (mode == "elementwise" and elementwise)
+        nest = ctx.config.rfactor_nest_partials and not elementwise
+        if not (place or nest):
             return plain
         # variants: the block that sums the partial results gets a compute location in its consumer, as any
-        # other block would (one loop nest fewer: global_avg_pool's sum and mean in one parallel loop)
+        # other block would (one loop nest fewer: global_avg_pool's sum and mean in one parallel loop); nested, the
+        # partial sums get one in the sum's loops too, so that the consumer's other producers can share its loops
         placed: list[SketchState] = []
         for variant in ("outer", "inner"):
             factored = state.then(RFactor(info.name, variant, m), self.name, stay=True)
             after = factored.info(info.name)
-            if _LOCATE.condition(factored, after, ctx) is not Verdict.PASS:
-                placed += _LOCATE.apply(factored, after, ctx)
+            if _LOCATE.condition(factored, after, ctx) is Verdict.PASS:
+                continue
+            for located in _LOCATE.apply(factored, after, ctx):
+                if place:
+                    placed.append(located)
+                if nest:
+                    (rf,) = located.info(info.name).producers  # after rfactor the sum reads its partials alone
+                    depth = len(attach_loops(located.sch, info.name))
+                    placed.append(located.then(ComputeLocation(rf, info.name, depth), "nest-partials", stay=True,
+                                               label=rf))
         return plain + placed
 
 

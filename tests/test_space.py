@@ -36,7 +36,7 @@ def _task(name: str, target: str = "llvm") -> dt.Task:
 def test_cpu_candidates_build_and_match_unscheduled(name: str) -> None:
     task = _task(name)
     space = dt.SearchSpace(task)
-    assert 0 < len(space.sketches) < 10
+    assert 0 < len(space.sketches) <= dt.SpaceConfig().max_sketches
     reference = run_module(task.mod, task, random_inputs(task))
     for cand in space.sample(4, seed=7):
         result = check_candidate(task, cand, reference=reference)
@@ -84,7 +84,7 @@ def _thread_extents(mod: tvm.IRModule) -> tuple[int, int]:
 def test_cuda_candidates_respect_spec_limits(name: str) -> None:
     task = workloads.get(name).task("cuda-sm90")
     space = dt.SearchSpace(task)
-    assert 0 < len(space.sketches) < 10
+    assert 0 < len(space.sketches) <= dt.SpaceConfig().max_sketches
     for cand in space.sample(6, seed=3):
         mod = cand.to_mod()
         threads, _ = _thread_extents(mod)
@@ -249,10 +249,12 @@ def test_rfactor_variants_place_the_final_sum_in_its_consumer_after_the_plain_sk
 
 def test_by_default_only_a_sum_read_elementwise_is_placed_in_its_consumer() -> None:
     # a pool's mean reads its sum elementwise: the variants are there by default; softmax's normalisation reads
-    # each row's sum for every element of the row: only with "all"
+    # each row's sum for every element of the row: only with "all" (its nested variants, which also place the
+    # partial sums, are another knob)
     def rules(op: str, **config: str) -> list[tuple[str, ...]]:
         task = workloads.small(op).task()
-        return [s.rules for s in dt.SearchSpace(task, config=dt.SpaceConfig(**config)).sketches]
+        space_config = dt.SpaceConfig(rfactor_nest_partials=False, **config)
+        return [s.rules for s in dt.SearchSpace(task, config=space_config).sketches]
 
     assert rules("global_avg_pool") == rules("global_avg_pool", rfactor_compute_location="all")
     assert len(rules("global_avg_pool")) > len(rules("global_avg_pool", rfactor_compute_location="none"))
@@ -260,6 +262,24 @@ def test_by_default_only_a_sum_read_elementwise_is_placed_in_its_consumer() -> N
     assert len(rules("softmax", rfactor_compute_location="all")) > len(rules("softmax"))
     with pytest.raises(ValueError, match="rfactor_compute_location"):
         dt.SpaceConfig(rfactor_compute_location="yes")
+
+
+def test_nested_rfactor_variants_let_softmax_run_every_stage_under_one_batch_loop() -> None:
+    # MetaSchedule's structure: a row sum read by every element of its row is computed in the normalisation's
+    # loop, its partial sums in the sum's, and then the maxima and exp fit under the same batch loop
+    task = _task("softmax")
+    nested = [s for s in dt.SearchSpace(task).sketches if "nest-partials(exp_sum_rf)" in s.rules
+              and ("rfactor(max_elem)" not in s.rules or "nest-partials(max_elem_rf)" in s.rules)]
+    assert len(nested) == 3  # the maxima's partials nested too (outer or inner) or the maxima not factored
+    for sketch in nested:
+        outermost = {h.key: h.options.index(0) for h in sketch.holes if h.key.endswith("/at")}
+        assert {"exp_sum/at", "exp_sum_rf/at", "exp/at", "max_elem/at"} <= set(outermost)
+        cand = dt.Candidate(task, sketch, sample_decisions(sketch, np.random.default_rng(0)) | outermost)
+        body = cand.to_mod()["main"].body.block.body
+        assert isinstance(body, tirx.For)  # one nest at the root: the batch loop
+        assert check_candidate(task, cand).ok
+    without = dt.SearchSpace(task, config=dt.SpaceConfig(rfactor_nest_partials=False)).sketches
+    assert not any("nest-partials(exp_sum_rf)" in s.rules for s in without)
 
 
 def _unroll_steps_and_lanes(mod: tvm.IRModule) -> tuple[set[int], set[int]]:
