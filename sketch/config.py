@@ -51,7 +51,9 @@ class SpaceConfig:
     rfactor_compute_location: SumPlacement = "elementwise"
     # rfactor sketches of a sum that its consumer reads broadcast (softmax's row sums) also in a variant whose sum is
     # computed in the consumer's loops and its partial sums in the sum's, as MetaSchedule's RandomComputeLocation
-    # places an rfactor block's producer: the producers of both can then share one parallel loop per batch
+    # places an rfactor block's producer: the producers of both can then share one parallel loop per batch (Zen 3,
+    # 120 s: softmax's picks 1.02-1.05x faster than without, layer_norm's 0.93x in one draw;
+    # docs/measurements-costmodel.md, "Session 72")
     rfactor_nest_partials: bool = True
     # GPU
     gpu_threads: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
