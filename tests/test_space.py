@@ -84,7 +84,7 @@ def _thread_extents(mod: tvm.IRModule) -> tuple[int, int]:
 def test_cuda_candidates_respect_spec_limits(name: str) -> None:
     task = workloads.get(name).task("cuda-sm90")
     space = dt.SearchSpace(task)
-    assert 0 < len(space.sketches) <= dt.SpaceConfig().max_sketches
+    assert 0 < len(space.sketches) < 10
     for cand in space.sample(6, seed=3):
         mod = cand.to_mod()
         threads, _ = _thread_extents(mod)
