@@ -111,14 +111,14 @@ def parallel_regions_module(regions: int, parallel: bool, n: int = 64) -> tvm.IR
 
 def parallel_region_cycles(target: tvm.target.Target, freq_ghz: float, regions: int = 8, rounds: int = 3) -> float:
     """Measured cycles of entering (and leaving) one parallel region of TVM's runtime on this machine: a module of
-    `regions` near-empty parallel nests against the same nests serial, interleaved over `rounds`, median."""
+    `regions` near-empty parallel nests against the same nests serial, interleaved over `rounds` (built once),
+    median."""
     mods = [parallel_regions_module(regions, True), parallel_regions_module(regions, False)]
-    per_round = []
-    for _ in range(rounds):
-        par, ser = (r.seconds for r in measure_modules(mods, target, number=10, repeat=5, min_repeat_ms=20))
-        if not (math.isfinite(par) and math.isfinite(ser)):
-            raise RuntimeError("the parallel-region microbenchmark failed to build or run")
-        per_round.append(max(par - ser, 0.0) / regions)
+    par, ser = measure_modules(mods, target, number=10, repeat=5, min_repeat_ms=20, rounds=rounds)
+    if not (par.ok and ser.ok and math.isfinite(par.seconds) and math.isfinite(ser.seconds)):
+        raise RuntimeError(f"the parallel-region microbenchmark failed to build or run: {par.error or ser.error}")
+    pairs = zip(par.times, ser.times, strict=True) if rounds > 1 else [(par.seconds, ser.seconds)]
+    per_round = [max(p - s, 0.0) / regions for p, s in pairs]
     return float(np.median(per_round)) * freq_ghz * 1e9
 
 

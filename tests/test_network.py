@@ -418,14 +418,16 @@ def test_layout_auto_is_channels_last_on_cpu_only_and_unknown_layouts_are_reject
         resolve_layout("NCHWc", TARGET)
 
 
-def test_tasks_command_lists_the_layout_transposes_only_for_channels_last():
+def test_tasks_command_lists_the_layout_transposes_only_for_channels_last(capsys) -> None:
+    from drytune.__main__ import main  # in this process: the command's own code, without a second torch import
+
     def listed(*flags: str) -> list[str]:
-        out = subprocess.run([sys.executable, "-m", "drytune", "tasks", "resnet_tiny", *flags], capture_output=True,
-                             text=True, timeout=300, check=True).stdout
+        assert main(["tasks", "resnet_tiny", *flags]) == 0
+        out = capsys.readouterr().out
         return [line.split()[2] for line in out.splitlines()[2:] if line.split() and line.split()[0].isdigit()]
 
     assert listed().count("transpose") == 2  # auto: NHWC on this CPU, a transpose at each edge
     assert listed("--layout", "keep").count("transpose") == 0
-    bad = subprocess.run([sys.executable, "-m", "drytune", "tasks", "resnet_tiny", "--layout", "NCHWc"],
-                         capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    with pytest.raises(SystemExit) as bad:
+        main(["tasks", "resnet_tiny", "--layout", "NCHWc"])
+    assert bad.value.code != 0 and "invalid choice" in capsys.readouterr().err

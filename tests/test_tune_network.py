@@ -135,7 +135,7 @@ def test_records_of_another_target_are_ignored(resnet_tiny, tuned, tmp_path, cap
 
 def test_killed_run_resumes_with_its_spent_budget(tmp_path) -> None:
     work = str(tmp_path / "w")
-    cmd = [sys.executable, "-m", "drytune", "tune", "resnet_tiny", "--budget", "120 trials", "--num-workers", "0",
+    cmd = [sys.executable, "-m", "drytune", "tune", "resnet_tiny", "--budget", "48 trials", "--num-workers", "0",
            "--work-dir", work, "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -144,10 +144,10 @@ def test_killed_run_resumes_with_its_spent_budget(tmp_path) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     spent = sum(r.trials for r in read_rounds(work))
-    assert 0 < spent < 120
+    assert 0 < spent < 48
     subprocess.run(cmd, check=True, capture_output=True)
     rounds = read_rounds(work)
-    assert sum(r.trials for r in rounds) == 120
+    assert sum(r.trials for r in rounds) == 48
     keys = record_keys(work)
     assert len(keys) == len(set(keys))
     assert load_report(work).rows
