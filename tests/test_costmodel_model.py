@@ -238,8 +238,9 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     with open(one, "w") as f:
         f.writelines(line for i, line in enumerate(lines) if i not in last.values())
     calibrate(tasks, 7, one, str(tmp_path / "one.json"), rounds=1, progress=False)
-    measured = read_rows(one)[len(lines) - len(last):]
-    assert len(read_rows(one)) == 14 and [r.op for r in measured] == [t.name for t in tasks]
+    rows_one = read_rows(one)
+    measured = rows_one[len(lines) - len(last):]
+    assert len(rows_one) == 14 and [r.op for r in measured] == [t.name for t in tasks]
     assert all(len(r.times) == 3 and r.seconds == np.median(r.times) for r in measured if r.ok)
 
 
