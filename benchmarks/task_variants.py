@@ -17,6 +17,9 @@ With `--op` a suite operator takes the network task's place, and each variant na
 
     python benchmarks/task_variants.py --op gemm --variants benchmarks/variants/gemm_tiles.json --rounds 7 \\
         --tag emeraldrapids
+
+`--coefficients FILE` (repeatable) adds a column of predictions with another coefficients file (and its kernel-model
+settings), to see whether a candidate file moves a misranked variant where the measurement does.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ def main() -> int:
                     help="a suite operator (or one at another shape: gemm:M=512) instead of a network task")
     ap.add_argument("--variants", required=True, help="JSON file, or the JSON list itself")
     ap.add_argument("--tag", default=None)
+    ap.add_argument("--coefficients", action="append", default=[], metavar="FILE",
+                    help="also predict with this coefficients file (its kernel settings too); repeatable")
     args = ap.parse_args()
     if args.op is not None and (args.task or args.work_dir):
         raise SystemExit("--op names a suite operator: leave out --work-dir and --task")
@@ -110,6 +115,8 @@ def main() -> int:
     else:
         task, target, found, title = network_variants(args, specs)
     model = StaticCostModel(target)
+    others = {os.path.splitext(os.path.basename(p))[0]: StaticCostModel(target, coefficients=p)
+              for p in args.coefficients}
     cands: dict[str, Candidate] = {}
     for label, cand in found.items():
         try:
@@ -125,6 +132,7 @@ def main() -> int:
         shown = feats.as_dict()
         rows.append({"variant": label, "sketch": cand.sketch.name, "decisions": dict(cand.key[1]),
                      "predicted_us": model.seconds_from_features(feats) * 1e6,
+                     "predicted_us_with": {name: float(m.predict(task, [cand])[0]) * 1e6 for name, m in others.items()},
                      "measured_us": statistics.median(times[label]) * 1e6,
                      "rounds_us": [t * 1e6 for t in times[label]],
                      "features": {k: shown[k] for k in SHOWN}})
@@ -135,11 +143,13 @@ def main() -> int:
              f"{report['date']}, {report['cpu'] or 'host CPU'}. `{report['command']}`", "",
              f"Median of {args.rounds} interleaved rounds; every variant checked against the unscheduled program. "
              "Features per core (kernel and list-scheduler cycles, executed instructions, cache lines).", "",
-             "| variant | sketch | predicted us | measured us | " + " | ".join(SHOWN) + " |",
-             "|---|---|---|---|" + "---|" * len(SHOWN)]
+             "| variant | sketch | predicted us | " + "".join(f"predicted us ({n}) | " for n in others)
+             + "measured us | " + " | ".join(SHOWN) + " |",
+             "|---|---|---|---|" + "---|" * (len(SHOWN) + len(others))]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['sketch'].rsplit('/', 1)[-1]} | {r['predicted_us']:.1f} | "
-                     f"{r['measured_us']:.1f} | " + " | ".join(f"{r['features'][k]:.0f}" for k in SHOWN) + " |")
+                     + "".join(f"{r['predicted_us_with'][n]:.1f} | " for n in others)
+                     + f"{r['measured_us']:.1f} | " + " | ".join(f"{r['features'][k]:.0f}" for k in SHOWN) + " |")
     write_report(f"task_variants_{args.op or args.model}", args.tag, report, lines)
     return 0
 

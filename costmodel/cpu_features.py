@@ -22,7 +22,7 @@ from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
-from .fpratio import cycles_per_fp_lane, stack_accesses_per_fp_lane, tir_fp_lanes
+from .fpratio import cycles_per_fp_lane, repair_fma_counts, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
 from .listsched import ListScheduler
 from .looptree import LoopNode, LoopTree, StmtLeaf
@@ -160,6 +160,7 @@ class CPUFeatureExtractor:
         tree = LoopTree.from_mod(mod)
         text = asm if asm is not None else self.assembly(mod)
         program, _, counts = analyze_asm(text, self.arch, tree.preorder())
+        counts = repair_fma_counts(program, counts, tree, self.kernel.repair_fma_counts)
         speedup, launches = parallel_speedup(tree, self.spec.cores)
         par_cycles = ser_cycles = 0.0
         par_blocks = [b for b in counts.blocks if b.parallel]

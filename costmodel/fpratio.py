@@ -13,8 +13,9 @@ without trusting the absolute counts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
-from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts
+from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, BlockExec, InstructionCounts
 from .kernel import VECTOR_CALL_COST, call_name
 from .listsched import ListScheduler
 from .looptree import LoopTree
@@ -80,6 +81,62 @@ def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts) -
                          if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
         lanes += unit_lanes * n
     return stack / lanes if lanes > 0 else 0.0
+
+
+def _fma_lanes(inst) -> float:
+    """Multiply-add lanes of one instruction (vector FMA: width / 32; scalar vfmadd..ss / fmadd: 1)."""
+    if inst.iclass == VEC_FMA:
+        return max(inst.width, 32) / 32 if inst.width else 1.0
+    if inst.iclass == SCALAR_FP and any(t in inst.mnemonic for t in ("fmadd", "fmsub", "fmla")):
+        return 1.0
+    return 0.0
+
+
+def tir_fma_lanes(tree: LoopTree) -> float | None:
+    """Multiply-adds the TIR executes; None when a statement calls a function (an inlined exp or erf adds
+    multiply-adds of its own to the assembly)."""
+    total = 0.0
+    for leaf in tree.statements():
+        if any(call_name(k) for k in leaf.ops):
+            return None
+        total += leaf.trips * leaf.ops.get("fma", 0)
+    return total
+
+
+def repair_fma_counts(program: AsmProgram, counts: InstructionCounts, tree: LoopTree,
+                      tolerance: float) -> InstructionCounts:
+    """`counts` with the executions of the code that does the multiply-adds scaled so that its FMA lanes match the
+    TIR's, when Algorithm 1 missed them by more than `tolerance` either way (0: never). The TIR's count is exact; a
+    loop LLVM duplicated, interchanged or turned into a flag toggle gets a wrong trip in the assembly, and the
+    search then favours candidates whose compute loop was undercounted (Zen 3 GEMM, session 75: 1/8 of the FMAs)."""
+    tir = tir_fma_lanes(tree) if tolerance else None
+    if not tir:
+        return counts
+    asm = sum(b.executions * sum(_fma_lanes(i) for i in b.block.instructions) for b in counts.blocks)
+    if asm <= 0 or 1 / tolerance <= tir / asm <= tolerance:
+        return counts
+    ratio = tir / asm
+    scaled: set[tuple[str, int]] = set()  # (function, block start) of the units holding multiply-adds
+    for f in program.functions:
+        for k, b in enumerate(f.blocks):
+            if not any(_fma_lanes(i) for i in b.instructions):
+                continue
+            inner = f.innermost_loop(b.start)
+            members = f.loops[inner].blocks if inner is not None else (k,)
+            scaled.update((f.name, f.blocks[m].start) for m in members)
+    blocks: list[BlockExec] = []
+    by_class: dict[str, int] = dict.fromkeys(counts.by_class, 0)
+    by_cw: dict[tuple[str, int], int] = {}
+    folded = 0
+    for b in counts.blocks:
+        n = round(b.executions * ratio) if (b.function, b.block.start) in scaled else b.executions
+        blocks.append(replace(b, executions=n))
+        for inst in b.block.instructions:
+            by_class[inst.iclass] = by_class.get(inst.iclass, 0) + n
+            by_cw[(inst.iclass, inst.width)] = by_cw.get((inst.iclass, inst.width), 0) + n
+            folded += n if inst.folded_load else 0
+    return replace(counts, total=sum(by_class.values()), by_class=by_class, by_class_width=by_cw,
+                   folded_loads=folded, blocks=blocks, fallbacks=counts.fallbacks + 1)
 
 
 def tir_fp_lanes(tree: LoopTree) -> float:

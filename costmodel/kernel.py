@@ -180,6 +180,11 @@ class KernelConfig:
     # 3 x 3 stride-2 depthwise kernel (an innermost loop of about 30 blocks, each a guarded load) ran 35 cycles per
     # iteration, the isolated blocks summed to several times that (session 67).
     merge_loop_blocks: bool = False
+    # When the assembly's multiply-add lanes, counted with Algorithm 1's trips, differ from the TIR's exact count by
+    # more than this factor either way, the executions of the code doing them are scaled to the TIR's count
+    # (`fpratio.repair_fma_counts`); 0: never. On Zen 3 a third of the search's GEMM variants were miscounted 1/8 to
+    # 12x (LLVM duplicated or interchanged their loops), and the searches picked the undercounted ones (session 75)
+    repair_fma_counts: float = 0.0
     # LLVM's LICM hoists the loads of a contiguous or broadcast operand that does not change with the innermost
     # iterating loop into that loop's preheader even when they do not fit the registers left by the accumulators; the
     # register allocator then stores them to the stack there, and the body reads them back. Cycles per hoisted vector

@@ -8,7 +8,14 @@ from tvm import s_tir, te
 
 import drytune as dt
 from drytune.costmodel import asm
-from drytune.costmodel.fpratio import cycles_per_fp_lane, fp_lanes, stack_accesses_per_fp_lane, tir_fp_lanes
+from drytune.costmodel.fpratio import (
+    cycles_per_fp_lane,
+    fp_lanes,
+    repair_fma_counts,
+    stack_accesses_per_fp_lane,
+    tir_fma_lanes,
+    tir_fp_lanes,
+)
 from drytune.costmodel.kernel import KernelConfig, libm_lane_cycles
 from drytune.costmodel.listsched import ListScheduler
 from drytune.costmodel.looptree import LoopTree
@@ -100,3 +107,38 @@ def test_tir_fp_lanes_count_every_element_operation():
     assert tir_fp_lanes(tree) == 16 * 8 * 32 + 16 * 8 * 3
     cfg = KernelConfig()
     assert libm_lane_cycles(tree, cfg) == pytest.approx(16 * 8 * cfg.libm_cycles["exp"])
+
+
+def _matvec_tree(rows: int, cols: int, with_exp: bool = False) -> LoopTree:
+    """y = A x (`rows` x `cols` multiply-adds), optionally followed by an exp of each output."""
+    A = te.placeholder((rows, cols), "float32", name="A")
+    x = te.placeholder((cols,), "float32", name="x")
+    k = te.reduce_axis((0, cols), name="k")
+    y = te.compute((rows,), lambda i: te.sum(A[i, k] * x[k], axis=k), name="y")
+    out = te.compute((rows,), lambda i: te.exp(y[i]), name="e") if with_exp else y
+    return LoopTree.from_mod(s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, x, out])})).mod)
+
+
+def test_multiply_adds_miscounted_by_the_loop_mapping_are_scaled_to_the_tirs_count():
+    """The outer loop of LOOPS_X86 runs 10 times; with its bound in a register the mapping takes 1 trip and counts
+    128 FMA lanes where the TIR (10 x 128 multiply-adds) has 1280. The repair scales the inner loop's executions
+    by 10 and leaves the blocks without multiply-adds alone; a count within the tolerance, a TIR that calls a
+    function (an inlined exp brings FMAs of its own) or a tolerance of 0 leaves the counts as they are."""
+    tree = _matvec_tree(10, 128)
+    assert tir_fma_lanes(tree) == 1280
+    assert tir_fma_lanes(_matvec_tree(10, 128, with_exp=True)) is None
+    readable = asm.parse_asm(LOOPS_X86, "x86")
+    right = asm.count_instructions(readable, asm.map_loops(readable, []))
+    assert repair_fma_counts(readable, right, tree, 1.25) is right
+    prog = asm.parse_asm(LOOPS_X86.replace("cmpq    $10, %rax", "cmpq    %r9, %rax"), "x86")
+    wrong = asm.count_instructions(prog, asm.map_loops(prog, []))
+    assert wrong.get("vec_fma") * 16 == 128
+    for tolerance, other_tree in ((0.0, tree), (1.25, _matvec_tree(10, 128, with_exp=True)), (12.0, tree)):
+        assert repair_fma_counts(prog, wrong, other_tree, tolerance) is wrong
+    fixed = repair_fma_counts(prog, wrong, tree, 1.25)
+    assert fixed.get("vec_fma") * 16 == 1280 and fixed.get("vec_fma", 512) == 80
+    inner = prog.functions[0].blocks[2].start
+    for before, after in zip(wrong.blocks, fixed.blocks, strict=True):
+        assert after.executions == before.executions * (10 if before.block.start == inner else 1)
+    assert fixed.total == wrong.total + 9 * len(prog.functions[0].blocks[2].instructions) * 4
+    assert fixed.fallbacks == wrong.fallbacks + 1
