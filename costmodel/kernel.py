@@ -182,8 +182,8 @@ class KernelConfig:
     merge_loop_blocks: bool = False
     # When the assembly's multiply-add lanes, counted with Algorithm 1's trips, differ from the TIR's exact count by
     # more than this factor either way, the executions of the code doing them are scaled to the TIR's count
-    # (`fpratio.repair_fma_counts`); 0: never. On Zen 3 a third of the search's GEMM variants were miscounted 1/8 to
-    # 12x (LLVM duplicated or interchanged their loops), and the searches picked the undercounted ones (session 75)
+    # (`fpratio.repair_fma_counts`); 0: never. Of 10 GEMM tiles timed on Zen 3, 6 were miscounted 1/8 to 12x (LLVM
+    # duplicated or rearranged their loops), and a 300-s search picked one counted 1/8 (session 75)
     repair_fma_counts: float = 0.0
     # LLVM's LICM hoists the loads of a contiguous or broadcast operand that does not change with the innermost
     # iterating loop into that loop's preheader even when they do not fit the registers left by the accumulators; the
