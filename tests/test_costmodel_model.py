@@ -377,17 +377,22 @@ def test_one_assembly_serves_models_with_different_kernel_settings() -> None:
     assert narrow.features_of_module(mod, asm).values[kernel] > wide.features_of_module(mod, asm).values[kernel]
 
 
+
+def _zen3_gemm_variant(variants_file: str, label_start: str) -> tuple[dt.Task, dt.Candidate]:
+    """A GEMM candidate on Zen 3 as a committed `task_variants.py` file names it (`[label, sketch, decisions]`)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "variants", variants_file)
+    with open(path) as f:
+        _, sketch, decisions = next(v for v in json.load(f) if v[0].startswith(label_start))
+    task = workloads.get("gemm").task({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    return task, dt.Candidate.from_json(task, dt.SearchSpace(task).sketch(sketch), decisions)
+
+
 def test_the_zen3_file_prices_a_gemm_tile_whose_hoisted_broadcasts_spill_above_the_tile_unrolled_less() -> None:
     """Session 74's 300-s Zen 3 GEMM pick unrolls 32 reduction steps x 2 rows, so LLVM hoists 64 broadcasts of A out
     of a 2-iteration column loop and spills them; it ran 1.4-1.8x the time of the same tile unrolled 16 steps, which
     the Zen 3 file priced below it until it set `hoisted_spill_cycles` (benchmarks/results/
     task_variants_gemm_gemm_znver3_s75.md). Only the spilled tile's price moves."""
-    task = workloads.get("gemm").task({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    decisions = {"A_global/parallel": 0, "A_global/unroll": 1, "A_global/vectorize": 2, "B_global/parallel": 0,
-                 "B_global/unroll": 1, "B_global/vectorize": 0, "C/R2": [32, 32], "C/S0": [16, 2, 16, 2],
-                 "C/S1": [16, 1, 2, 32], "C/pack0": 1, "C/pack1": 2, "C/parallel": 0, "C/unroll": 2,
-                 "C/vectorize": 3}
-    spilled = dt.Candidate.from_json(task, dt.SearchSpace(task).sketch("gemm/8"), decisions)
+    task, spilled = _zen3_gemm_variant("gemm_picks_znver3_s75.json", "300-s pick (session 74)")
     rolled = spilled.with_decisions(**{"C/unroll": 1})  # a 16-step unroll budget: the reduction stays a loop
     shipped = StaticCostModel(task.target)
     assert shipped.kernel.hoisted_spill_cycles == 5.0
@@ -402,12 +407,7 @@ def test_the_zen3_file_counts_the_multiply_adds_of_a_gemm_whose_loops_llvm_rearr
     """The Zen 3 GEMM search's pick of session 75 (a 4 x 16 tile under a 2-block row loop) has loops that LLVM
     duplicates; Algorithm 1 then counts 1/8 of its multiply-adds, and the candidate was priced below the same tile
     under other outer loops. With `repair_fma_counts` its FMA count is the TIR's: two cores, 2^30 / 8 each half."""
-    task = workloads.get("gemm").task({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    decisions = {"A_global/parallel": 2, "A_global/unroll": 3, "A_global/vectorize": 2, "B_global/parallel": 1,
-                 "B_global/unroll": 0, "B_global/vectorize": 0, "C/R2": [16, 64], "C/S0": [2, 4, 32, 4],
-                 "C/S1": [4, 2, 8, 16], "C/pack0": 1, "C/pack1": 2, "C/parallel": 0, "C/unroll": 1,
-                 "C/vectorize": 3}
-    cand = dt.Candidate.from_json(task, dt.SearchSpace(task).sketch("gemm/7"), decisions)
+    task, cand = _zen3_gemm_variant("gemm_tiles_znver3_s75.json", "300-s pick with the hoisted-spill setting")
     shipped = StaticCostModel(task.target)
     assert shipped.kernel.repair_fma_counts == 1.25
     fma = FEATURE_NAMES.index("vec_fma")
