@@ -128,11 +128,14 @@ def main() -> int:
     times = interleaved({k: c.to_mod() for k, c in cands.items()}, target, rounds=args.rounds)
     rows = []
     for label, cand in cands.items():
-        feats = model.features(task, cand)  # one build for both: the prediction is these features weighted
+        mod = cand.to_mod()
+        asm = model.assembly_of_module(mod)  # one build for every file: each weighs features of this assembly
+        feats = model.features_of_module(mod, asm)
         shown = feats.as_dict()
         rows.append({"variant": label, "sketch": cand.sketch.name, "decisions": dict(cand.key[1]),
                      "predicted_us": model.seconds_from_features(feats) * 1e6,
-                     "predicted_us_with": {name: float(m.predict(task, [cand])[0]) * 1e6 for name, m in others.items()},
+                     "predicted_us_with": {name: m.seconds_from_features(m.features_of_module(mod, asm)) * 1e6
+                                           for name, m in others.items()},
                      "measured_us": statistics.median(times[label]) * 1e6,
                      "rounds_us": [t * 1e6 for t in times[label]],
                      "features": {k: shown[k] for k in SHOWN}})

@@ -1829,9 +1829,6 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
         return PARALLEL_BODY in fname or (ctx is not None and is_parallel(ctx[0]))
 
     invocations = {name: _ctx_factor(name) for name in visited}
-    by_class: dict[str, int] = dict.fromkeys(CLASSES, 0)
-    by_cw: dict[tuple[str, int], int] = {}
-    folded = 0
     blocks: list[BlockExec] = []
     for fname in visited:
         f = program.function(fname)
@@ -1849,14 +1846,22 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
                 n = n // whole * times
             body = inner is not None and f.loops[inner].blocks == frozenset((k,))
             blocks.append(BlockExec(fname, b, n, body, is_parallel(fname)))
-            for inst in b.instructions:
-                by_class[inst.iclass] += n
-                key = (inst.iclass, inst.width)
-                by_cw[key] = by_cw.get(key, 0) + n
-                if inst.folded_load:
-                    folded += n
-    total = sum(by_class.values())
-    return InstructionCounts(total, by_class, by_cw, folded, blocks, invocations, mapping.fallbacks)
+    return tally_blocks(blocks, invocations, mapping.fallbacks)
+
+
+def tally_blocks(blocks: list[BlockExec], invocations: dict[str, int], fallbacks: int) -> InstructionCounts:
+    """Executed instructions per class and per (class, width) of `blocks`, each run `executions` times."""
+    by_class: dict[str, int] = dict.fromkeys(CLASSES, 0)
+    by_cw: dict[tuple[str, int], int] = {}
+    folded = 0
+    for b in blocks:
+        for inst in b.block.instructions:
+            by_class[inst.iclass] += b.executions
+            key = (inst.iclass, inst.width)
+            by_cw[key] = by_cw.get(key, 0) + b.executions
+            if inst.folded_load:
+                folded += b.executions
+    return InstructionCounts(sum(by_class.values()), by_class, by_cw, folded, blocks, invocations, fallbacks)
 
 
 def analyze_asm(text: str, arch: str, ir_loops: Sequence[IRLoopLike] = (),

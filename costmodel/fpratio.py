@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
-from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, BlockExec, InstructionCounts
+from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, tally_blocks
 from .kernel import VECTOR_CALL_COST, call_name
 from .listsched import ListScheduler
 from .looptree import LoopTree
@@ -124,19 +124,9 @@ def repair_fma_counts(program: AsmProgram, counts: InstructionCounts, tree: Loop
             inner = f.innermost_loop(b.start)
             members = f.loops[inner].blocks if inner is not None else (k,)
             scaled.update((f.name, f.blocks[m].start) for m in members)
-    blocks: list[BlockExec] = []
-    by_class: dict[str, int] = dict.fromkeys(counts.by_class, 0)
-    by_cw: dict[tuple[str, int], int] = {}
-    folded = 0
-    for b in counts.blocks:
-        n = round(b.executions * ratio) if (b.function, b.block.start) in scaled else b.executions
-        blocks.append(replace(b, executions=n))
-        for inst in b.block.instructions:
-            by_class[inst.iclass] = by_class.get(inst.iclass, 0) + n
-            by_cw[(inst.iclass, inst.width)] = by_cw.get((inst.iclass, inst.width), 0) + n
-            folded += n if inst.folded_load else 0
-    return replace(counts, total=sum(by_class.values()), by_class=by_class, by_class_width=by_cw,
-                   folded_loads=folded, blocks=blocks, fallbacks=counts.fallbacks + 1)
+    blocks = [replace(b, executions=round(b.executions * ratio)) if (b.function, b.block.start) in scaled else b
+              for b in counts.blocks]
+    return tally_blocks(blocks, counts.invocations, counts.fallbacks + 1)
 
 
 def tir_fp_lanes(tree: LoopTree) -> float:

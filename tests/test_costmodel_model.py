@@ -377,7 +377,6 @@ def test_one_assembly_serves_models_with_different_kernel_settings() -> None:
     assert narrow.features_of_module(mod, asm).values[kernel] > wide.features_of_module(mod, asm).values[kernel]
 
 
-
 def _zen3_gemm_variant(variants_file: str, label_start: str) -> tuple[dt.Task, dt.Candidate]:
     """A GEMM candidate on Zen 3 as a committed `task_variants.py` file names it (`[label, sketch, decisions]`)."""
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "variants", variants_file)
