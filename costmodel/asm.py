@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -1682,7 +1682,8 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
     ir = list(ir_loops)
     kept, ir_parent, ir_end = _ir_tree(ir)
     pos_of = {i: p for p, i in enumerate(kept)}
-    order, _, _ = _reachable_order(program)
+    order, context, _ = _reachable_order(program)
+    in_parallel_ir = _inside_parallel(ir)
     matched: dict[tuple[str, int], int | None] = {}
     matches: list[LoopMatch] = []
     pointer = 0
@@ -1718,6 +1719,10 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
         if top_of_lambda:
             par = [i for i in cands if ir[i].kind == "parallel"]
             cands = par or cands
+        # TVM outlines every parallel loop into a parallel body: code outside one runs only loops outside them (a
+        # peeled copy of a serial copy loop must not match a parallel nest launched after it), and the reverse
+        in_body = _runs_in_parallel_body(f.name, context)
+        cands = [i for i in cands if in_parallel_ir[i] == in_body] or cands
         best, how = _pick(lp.trip, cands, ir, pos_of, pointer, q, ir_parent, cfg)
         if top_of_lambda and f.name not in lambda_loop:
             lambda_loop[f.name] = best if best is not None and ir[best].kind == "parallel" else None
@@ -1740,6 +1745,25 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
                     len(defaults), cfg.default_trip, ", ".join(defaults))
     unmatched = [i for i in kept if i not in used]
     return LoopMapping(matches, ir, unmatched, fallbacks)
+
+
+def _inside_parallel(ir_loops: Sequence[IRLoopLike]) -> list[bool]:
+    """Per IR loop (pre-order): is it a parallel loop or nested in one?"""
+    out: list[bool] = []
+    stack: list[tuple[int, bool]] = []  # (depth, inside a parallel loop)
+    for lp in ir_loops:
+        while stack and stack[-1][0] >= lp.depth:
+            stack.pop()
+        inside = lp.kind == "parallel" or (bool(stack) and stack[-1][1])
+        out.append(inside)
+        stack.append((lp.depth, inside))
+    return out
+
+
+def _runs_in_parallel_body(fname: str, context: Mapping[str, tuple[str, int] | None]) -> bool:
+    """Does function `fname` run inside a parallel body (it is one, or is called from inside one)?"""
+    ctx = context.get(fname)
+    return PARALLEL_BODY in fname or (ctx is not None and _runs_in_parallel_body(ctx[0], context))
 
 
 def _pick(trip: int | None, cands: list[int], ir: list[IRLoopLike], pos_of: dict[int, int], pointer: int,
@@ -1824,10 +1848,6 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
         ctx = context.get(fname)
         return factor(ctx[0], ctx[1]) if ctx is not None else 1
 
-    def is_parallel(fname: str) -> bool:
-        ctx = context.get(fname)
-        return PARALLEL_BODY in fname or (ctx is not None and is_parallel(ctx[0]))
-
     invocations = {name: _ctx_factor(name) for name in visited}
     blocks: list[BlockExec] = []
     for fname in visited:
@@ -1845,7 +1865,7 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
                     whole *= mapping.trip(fname, li)
                 n = n // whole * times
             body = inner is not None and f.loops[inner].blocks == frozenset((k,))
-            blocks.append(BlockExec(fname, b, n, body, is_parallel(fname)))
+            blocks.append(BlockExec(fname, b, n, body, _runs_in_parallel_body(fname, context)))
     return tally_blocks(blocks, invocations, mapping.fallbacks)
 
 

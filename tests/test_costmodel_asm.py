@@ -188,6 +188,65 @@ def test_a_parallel_body_with_two_top_level_loops_keeps_to_its_own_parallel_loop
     assert asm.count_instructions(prog, m).get(asm.VEC_FMA) == 10
 
 
+# A serial copy (8 outer trips, 64 inner) whose last outer iteration LLVM peeled into a loop of its own (32 trips:
+# the 64 iterations unrolled twice), then a parallel body whose chunk loop of 16 multiply-adds per trip runs 256 times
+# (IR: a parallel loop of 4 chunks, a serial loop of 64 inside).
+PEELED_COPY_THEN_PARALLEL_X86 = """
+    .text
+    .globl  main_compute_
+    .type   main_compute_,@function
+    .type   .L__tvm_parallel_lambda,@function
+main_compute_:
+    xorl    %esi, %esi
+.LBB0_1:
+    movq    $-64, %rdi
+.LBB0_2:
+    vmovss  (%rdx,%rdi), %xmm0
+    vmovss  %xmm0, (%rcx,%rdi)
+    incq    %rdi
+    jne     .LBB0_2
+    incq    %rsi
+    cmpq    $7, %rsi
+    jne     .LBB0_1
+    xorl    %eax, %eax
+.LBB0_4:
+    vmovss  (%rdx,%rax), %xmm0
+    vmovss  %xmm0, (%rcx,%rax)
+    addq    $2, %rax
+    cmpq    $64, %rax
+    jne     .LBB0_4
+    leaq    .L__tvm_parallel_lambda(%rip), %rdi
+    callq   *(%rbp)
+    retq
+.L__tvm_parallel_lambda:
+    movl    (%rsi), %eax
+.LBB1_1:
+    movq    $-64, %rcx
+.LBB1_2:
+    vfmadd231ps (%rdx,%rcx){1to16}, %zmm1, %zmm0
+    incq    %rcx
+    jne     .LBB1_2
+    incq    %rax
+    cmpq    %r8, %rax
+    jne     .LBB1_1
+    retq
+"""
+
+
+def test_a_loop_outside_parallel_bodies_matches_no_loop_inside_a_parallel_nest():
+    """The peeled copy loop (32 trips) fits the parallel nest's 64-extent loop as 'unrolled' and comes before it in
+    pre-order; it must stay with the serial copy (whose 64 it also divides), or the parallel body would be matched
+    past its own nest and its multiply-adds counted with the wrong trips."""
+    prog = asm.parse_asm(PEELED_COPY_THEN_PARALLEL_X86, "x86")
+    ir = [IRLoop(8, "serial", 0), IRLoop(64, "serial", 1),
+          IRLoop(4, "parallel", 0), IRLoop(64, "serial", 1), IRLoop(16, "vectorized", 2)]
+    m = asm.map_loops(prog, ir)
+    assert [(x.function, x.ir_index, x.trip) for x in m.matches] == [
+        ("main_compute_", 0, 7), ("main_compute_", 1, 64), ("main_compute_", 1, 32),
+        (".L__tvm_parallel_lambda", 2, 4), (".L__tvm_parallel_lambda", 3, 64)]
+    assert asm.count_instructions(prog, m).get(asm.VEC_FMA) == 4 * 64
+
+
 def test_top_tested_loop_and_guarded_first_iteration():
     prog = asm.parse_asm(TOP_TESTED_A64, "aarch64")
     (lp,) = prog.functions[0].loops
