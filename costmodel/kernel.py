@@ -193,6 +193,12 @@ class KernelConfig:
     # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68). The Zen 5
     # file sets 1 (docs/measurements-costmodel.md, "Session 68")
     hoisted_spill_cycles: float = 0.0
+    # The innermost loop's increment, compare and branch run on the integer ports beside the body's FP work: with this
+    # set, `loop_overhead` is a bound of its own (at most one taken branch per cycle), not cycles added to every body.
+    # Added, it charged Zen 3's 6 x 16 GEMM tile 7 cycles per 12 multiply-adds (17% over its FMA bound) and ranked it
+    # below fully unrolled tiles that ran slower (session 76). On Zen 3's 909 random rows it ranked worse held out
+    # (Spearman 0.786 -> 0.778, top-10 0.827 -> 0.809): no file sets it
+    loop_overhead_overlaps: bool = False
     # A network kernel's statement that stores more than this many lines of an output with nothing else in between
     # (its own loops) waits on memory for them (`burststore`); fewer drain beside the compute around them. On the Zen 5
     # MobileNet-V2 pools (session 69) 4 and 8 ranked alike, 32 worse
@@ -791,6 +797,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / width,
         "latency": chain,
+        "branch": cfg.loop_overhead if cfg.loop_overhead_overlaps and inner_iter is not None else 0.0,
     }
     bound = max(per_body, key=per_body.get)
     # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
@@ -800,7 +807,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         calls += sites * cfg.cold_call_cycles
     if sites and vec_loop is not None and vec_loop.kind == "vectorized" and e_v >= lanes:
         calls += sites * cfg.libm_vector_lane_cycles
-    body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if inner_iter is not None else 0.0)
+    added_overhead = inner_iter is not None and not cfg.loop_overhead_overlaps
+    body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if added_overhead else 0.0)
     if preheader:
         body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)

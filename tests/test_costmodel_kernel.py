@@ -145,6 +145,27 @@ def test_register_tile_hides_fma_latency():
     assert slow > 3 * cycles
 
 
+def test_loop_overhead_overlapping_the_fp_work_is_a_bound_not_added_cycles():
+    """A 6 x 32 tile (12 accumulators, two 16-lane vectors per row): 12 multiply-adds per k step, 6 cycles on 2 FP
+    pipes. Added, the loop's branch makes the step 7 cycles; overlapped it is a bound of 1 cycle that the FP work
+    hides (Zen 3's 6 x 16 GEMM tile, session 76)."""
+    sch = _matmul(M=12, N=64)
+    C = sch.get_sblock("C")
+    i, j, k = sch.get_loops(C)
+    i0, i1 = sch.split(i, [None, 6])
+    j0, j1 = sch.split(j, [None, 32])
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k)
+    added, det = _details(sch)
+    assert det["accumulators"] == 12 and det["fp"] == pytest.approx(6.0) and det["branch"] == 0.0
+    overlapped, det2 = _details(sch, cfg=dataclasses.replace(CFG, loop_overhead_overlaps=True))
+    assert det2["branch"] == pytest.approx(CFG.loop_overhead)
+    assert det2["body_cycles"] == pytest.approx(6.0 + det["reload"])
+    assert added - overlapped == pytest.approx(det["executions"] * CFG.loop_overhead)
+
+
 def _tile_8x32(column_blocks_outside: bool) -> s_tir.Schedule:
     """An 8 x 32 tile (two 16-lane column blocks, 16 accumulators) over 8 reduction steps, all unrolled: the
     column-block loop outside the reduction steps and rows, or innermost."""
