@@ -113,18 +113,23 @@ def test_scalar_reduction_is_latency_bound():
     assert cycles == pytest.approx(8 * 64 * 64 * (CFG.fma_latency + CFG.loop_overhead + det["reload"]))
 
 
-def test_register_tile_hides_fma_latency():
-    """k outside a 4 x 16 tile (i unrolled, j vectorized): four independent accumulators per k step."""
-    sch = _matmul()
+def _register_tile(rows: int, cols: int, M: int = 8, N: int = 64) -> s_tir.Schedule:
+    """C = A B with the reduction outside a `rows` x `cols` register tile (rows unrolled, columns vectorized)."""
+    sch = _matmul(M=M, N=N)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
-    i0, i1 = sch.split(i, [None, 4])
-    j0, j1 = sch.split(j, [None, 16])
+    i0, i1 = sch.split(i, [None, rows])
+    j0, j1 = sch.split(j, [None, cols])
     sch.reorder(i0, j0, k, i1, j1)
     sch.unroll(i1)
     sch.vectorize(j1)
     sch.decompose_reduction(C, k)
-    cycles, det = _details(sch)
+    return sch
+
+
+def test_register_tile_hides_fma_latency():
+    """k outside a 4 x 16 tile (i unrolled, j vectorized): four independent accumulators per k step."""
+    cycles, det = _details(_register_tile(4, 16))
     assert det["statements"] == 4 and det["lanes"] == 16 and det["vector_ops"] == 1
     assert det["accumulators"] == 4 and det["inner_is_reduction"]
     assert det["latency"] == pytest.approx(CFG.fma_latency)  # 4 FMAs / 4 chains x latency
@@ -149,15 +154,7 @@ def test_loop_overhead_overlapping_the_fp_work_is_a_bound_not_added_cycles():
     """A 6 x 32 tile (12 accumulators, two 16-lane vectors per row): 12 multiply-adds per k step, 6 cycles on 2 FP
     pipes. Added, the loop's branch makes the step 7 cycles; overlapped it is a bound of 1 cycle that the FP work
     hides (Zen 3's 6 x 16 GEMM tile, session 76)."""
-    sch = _matmul(M=12, N=64)
-    C = sch.get_sblock("C")
-    i, j, k = sch.get_loops(C)
-    i0, i1 = sch.split(i, [None, 6])
-    j0, j1 = sch.split(j, [None, 32])
-    sch.reorder(i0, j0, k, i1, j1)
-    sch.unroll(i1)
-    sch.vectorize(j1)
-    sch.decompose_reduction(C, k)
+    sch = _register_tile(6, 32, M=12)
     added, det = _details(sch)
     assert det["accumulators"] == 12 and det["fp"] == pytest.approx(6.0) and det["branch"] == 0.0
     overlapped, det2 = _details(sch, cfg=dataclasses.replace(CFG, loop_overhead_overlaps=True))
