@@ -125,10 +125,11 @@ def main() -> int:
             print(f"{label}: skipped ({type(err).__name__}: {err})", flush=True)
             continue
         cands[label] = cand
-    times = interleaved({k: c.to_mod() for k, c in cands.items()}, target, rounds=args.rounds)
+    mods = {k: c.to_mod() for k, c in cands.items()}
+    times = interleaved(mods, target, rounds=args.rounds)
     rows = []
     for label, cand in cands.items():
-        mod = cand.to_mod()
+        mod = mods[label]
         asm = model.assembly_of_module(mod)  # one build for every file: each weighs features of this assembly
         feats = model.features_of_module(mod, asm)
         shown = feats.as_dict()

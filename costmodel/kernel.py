@@ -790,6 +790,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     pumped = cfg.pump if op_lanes > lanes // cfg.pump else 1
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
+    overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": (loads + acc_stores) / cfg.load_ports + gathers * cfg.gather_cost,
@@ -797,7 +798,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / width,
         "latency": chain,
-        "branch": cfg.loop_overhead if cfg.loop_overhead_overlaps and inner_iter is not None else 0.0,
+        "branch": overhead if cfg.loop_overhead_overlaps else 0.0,
     }
     bound = max(per_body, key=per_body.get)
     # scalarized calls serialize the body (every vector register is caller-saved): added, not overlapped
@@ -807,8 +808,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         calls += sites * cfg.cold_call_cycles
     if sites and vec_loop is not None and vec_loop.kind == "vectorized" and e_v >= lanes:
         calls += sites * cfg.libm_vector_lane_cycles
-    added_overhead = inner_iter is not None and not cfg.loop_overhead_overlaps
-    body_cycles = per_body[bound] + calls + reload + (cfg.loop_overhead if added_overhead else 0.0)
+    body_cycles = per_body[bound] + calls + reload + (0.0 if cfg.loop_overhead_overlaps else overhead)
     if preheader:
         body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)
