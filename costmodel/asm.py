@@ -1646,14 +1646,17 @@ def _reachable_order(program: AsmProgram) -> tuple[list[tuple[AsmFunction, int, 
     return order, context, visited
 
 
-def _ir_tree(ir_loops: Sequence[IRLoopLike]) -> tuple[list[int], dict[int, int | None], dict[int, int]]:
-    """Kept (assembly-visible) IR loops in pre-order, the kept parent of each, and subtree ends."""
+def _ir_tree(ir_loops: Sequence[IRLoopLike]) -> tuple[list[int], dict[int, int | None], dict[int, int], list[bool]]:
+    """Kept (assembly-visible) IR loops in pre-order, the kept parent of each, subtree ends, and per IR loop
+    whether it is a parallel loop or nested in one."""
     kept: list[int] = []
     parent: dict[int, int | None] = {}
+    in_parallel: list[bool] = []
     stack: list[int] = []  # indices into ir_loops
     for i, lp in enumerate(ir_loops):
         while stack and ir_loops[stack[-1]].depth >= lp.depth:
             stack.pop()
+        in_parallel.append(lp.kind == "parallel" or (bool(stack) and in_parallel[stack[-1]]))
         if _visible(lp):
             kp = next((j for j in reversed(stack) if _visible(ir_loops[j])), None)
             parent[i] = kp
@@ -1665,7 +1668,7 @@ def _ir_tree(ir_loops: Sequence[IRLoopLike]) -> tuple[list[int], dict[int, int |
         while j < len(ir_loops) and ir_loops[j].depth > ir_loops[i].depth:
             j += 1
         end[i] = j  # subtree of i is ir indices (i, j)
-    return kept, parent, end
+    return kept, parent, end, in_parallel
 
 
 def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapConfig | None = None) -> LoopMapping:
@@ -1680,10 +1683,9 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
     """
     cfg = config or MapConfig()
     ir = list(ir_loops)
-    kept, ir_parent, ir_end = _ir_tree(ir)
+    kept, ir_parent, ir_end, in_parallel_ir = _ir_tree(ir)
     pos_of = {i: p for p, i in enumerate(kept)}
     order, context, _ = _reachable_order(program)
-    in_parallel_ir = _inside_parallel(ir)
     matched: dict[tuple[str, int], int | None] = {}
     matches: list[LoopMatch] = []
     pointer = 0
@@ -1745,19 +1747,6 @@ def map_loops(program: AsmProgram, ir_loops: Sequence[IRLoopLike], config: MapCo
                     len(defaults), cfg.default_trip, ", ".join(defaults))
     unmatched = [i for i in kept if i not in used]
     return LoopMapping(matches, ir, unmatched, fallbacks)
-
-
-def _inside_parallel(ir_loops: Sequence[IRLoopLike]) -> list[bool]:
-    """Per IR loop (pre-order): is it a parallel loop or nested in one?"""
-    out: list[bool] = []
-    stack: list[tuple[int, bool]] = []  # (depth, inside a parallel loop)
-    for lp in ir_loops:
-        while stack and stack[-1][0] >= lp.depth:
-            stack.pop()
-        inside = lp.kind == "parallel" or (bool(stack) and stack[-1][1])
-        out.append(inside)
-        stack.append((lp.depth, inside))
-    return out
 
 
 def _runs_in_parallel_body(fname: str, context: Mapping[str, tuple[str, int] | None]) -> bool:
