@@ -5,7 +5,7 @@ one process, interleaved over rounds, and each seed's ratio is the median over r
 (< 1: B is faster). Settings (`SETTINGS`): `independent` / `transfer` (schedules carried over between similar tasks,
 `NetworkTuneConfig.transfer_seeds`), `lane-hoist` / `no-lane-hoist` (`KernelConfig.hoisted_by_lane`), `session-30` /
 `current` (all of session 31's kernel-model changes), `no-conv-panels` / `conv-panels` (a network's convolution weights
-packed in panels, `SpaceConfig.cpu_pack_conv_weights`).
+packed in panels, `SpaceConfig.cpu_pack_conv_weights`), `current` / `huge-bodies` (`KernelConfig.huge_body_uops` 600).
 
     python benchmarks/network_ab.py --settings independent,transfer --model mobilenet_v2 --budget 150 --seeds 0,1
     python benchmarks/network_ab.py --settings no-lane-hoist,lane-hoist --coefficients no-lane-hoist=OLD.json ...
@@ -48,6 +48,9 @@ SETTINGS = {
     # network weights of convolutions packed in panels of output channels (SpaceConfig.cpu_pack_conv_weights)
     "conv-panels": Setting(config={"space": {"cpu_pack_conv_weights": True}}),
     "no-conv-panels": Setting(config={"space": {"cpu_pack_conv_weights": False}}),
+    # an unrolled body of more than 600 micro-ops issues at `large_body_width` with its accumulators in registers too
+    # (KernelConfig.huge_body_uops; session 78, Zen 3)
+    "huge-bodies": Setting(kernel={"huge_body_uops": 600.0}),
 }
 
 
