@@ -104,11 +104,14 @@ def _ms_worker(op: str, work_dir: str, seed: int) -> None:
     del tvm
 
 
-def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[object | None, int, float]:
-    """Run MetaSchedule's tune_tir for `seconds` of wall clock (then stop it); best schedule and trials."""
+def metaschedule_at_budget(op: str, seconds: float, seed: int = 0,
+                           keep_dir: str | None = None) -> tuple[object | None, int, float]:
+    """Run MetaSchedule's tune_tir for `seconds` of wall clock (then stop it); best schedule and trials. Its
+    database is deleted, unless `keep_dir` names where it is written and kept."""
     from tvm.s_tir import meta_schedule as ms
 
-    work_dir = tempfile.mkdtemp(prefix="ms-")
+    work_dir = keep_dir or tempfile.mkdtemp(prefix="ms-")
+    os.makedirs(work_dir, exist_ok=True)
     proc = multiprocessing.get_context("spawn").Process(target=_ms_worker, args=(op, work_dir, seed))
     t0 = time.perf_counter()
     proc.start()
@@ -127,7 +130,8 @@ def metaschedule_at_budget(op: str, seconds: float, seed: int = 0) -> tuple[obje
         mod = sch.mod if sch is not None else None
     except TVM_ERRORS:
         mod, records = None, []
-    shutil.rmtree(work_dir, ignore_errors=True)
+    if keep_dir is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
     return mod, len(records), wall
 
 
