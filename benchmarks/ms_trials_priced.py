@@ -15,6 +15,7 @@ records and drytune's `--top-dt` best predictions are timed in the same interlea
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -31,6 +32,17 @@ from drytune import workloads
 from drytune.costmodel.model import StaticCostModel
 
 RECORD_FILE = "database_tuning_record.json"
+
+
+def price(model: StaticCostModel, mod) -> float:
+    """The model's seconds for a scheduled module; inf (reported, left out of the correlations) when it cannot be
+    built or analysed."""
+    try:
+        return model.seconds_of_module(mod)
+    except Exception as err:  # noqa: BLE001 - any build or analysis failure is an unpriced trial, counted
+        print(f"unpriced: {type(err).__name__}: {str(err).strip().splitlines()[-1][:160] if str(err).strip() else ''}",
+              flush=True)
+        return math.inf
 
 
 def measured_records(db_dir: str, task: dt.Task) -> list[tuple[float, object]]:
@@ -75,12 +87,16 @@ def main() -> int:
     if len(ms_recs) < 2 or not dt_recs:
         raise SystemExit(f"too few records to compare: MetaSchedule {len(ms_recs)}, drytune {len(dt_recs)}")
     model = StaticCostModel(task.target)
-    priced = [model.seconds_of_module(mod) for _, mod in ms_recs]
+    priced = [price(model, mod) for _, mod in ms_recs]
     measured = [s for s, _ in ms_recs]
-    rho, tau = spearmanr(measured, priced)[0], kendalltau(measured, priced)[0]
+    ok = [(m, p) for m, p in zip(measured, priced, strict=True) if math.isfinite(p)]
+    if len(ok) < 2:
+        raise SystemExit(f"the model priced {len(ok)} of MetaSchedule's {len(ms_recs)} records")
+    ok_measured, ok_priced = [m for m, _ in ok], [p for _, p in ok]
+    rho, tau = spearmanr(ok_measured, ok_priced)[0], kendalltau(ok_measured, ok_priced)[0]
     mods = {f"ms{i + 1}": mod for i, (_, mod) in enumerate(ms_recs[:args.top_ms])}
     mods |= {f"dt{i + 1}": mod for i, (_, mod) in enumerate(dt_recs[:args.top_dt])}
-    predicted = {name: model.seconds_of_module(mod) for name, mod in mods.items()}
+    predicted = {name: price(model, mod) for name, mod in mods.items()}
     times = interleaved(mods, task.target, rounds=args.rounds)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     rows = [{"name": name, "predicted_us": predicted[name] * 1e6, "measured_us": med[name] * 1e6,
@@ -89,14 +105,16 @@ def main() -> int:
             for name in mods]
     report = {"date": time.strftime("%Y-%m-%d"), "op": args.op, "target": str(task.target),
               "command": "python benchmarks/ms_trials_priced.py " + " ".join(sys.argv[1:]), "tuning_wall_s": walls,
-              "ms_records": len(ms_recs), "dt_records": len(dt_recs), "spearman": rho, "kendall": tau,
+              "ms_records": len(ms_recs), "ms_unpriced": len(ms_recs) - len(ok), "dt_records": len(dt_recs),
+              "spearman": rho, "kendall": tau,
               "ms_trials": [{"measured_us": m * 1e6, "predicted_us": p * 1e6} for m, p in zip(measured, priced,
                                                                                             strict=True)],
               "rows": rows}
     best_ms_rank = 1 + sum(p < priced[0] for p in priced)
     lines = [f"# {args.op}: MetaSchedule's measured trials priced by the static model ({report['date']})", "",
              f"`{report['command']}`", "",
-             f"MetaSchedule's {len(ms_recs)} measured records against the model's prices: Spearman **{rho:.2f}**, "
+             f"MetaSchedule's measured records against the model's prices ({len(ok)} priced, "
+             f"{len(ms_recs) - len(ok)} could not be): Spearman **{rho:.2f}**, "
              f"Kendall {tau:.2f}. The model ranks MetaSchedule's fastest record {best_ms_rank} of {len(ms_recs)}, "
              f"at {priced[0] * 1e6:.1f} us against drytune's best prediction of {dt_recs[0][0] * 1e6:.1f} us "
              f"({len(dt_recs)} drytune records).", "",
