@@ -24,14 +24,13 @@ import time
 from op_tuning import interleaved, metaschedule_at_budget
 from report_files import write_report
 from scipy.stats import kendalltau, spearmanr
-from tvm import s_tir
-from tvm.s_tir import meta_schedule as ms
 
 import drytune as dt
 from drytune import workloads
 from drytune.costmodel.model import StaticCostModel
+from drytune.records import RECORD_FILE, RecordStore
 
-RECORD_FILE = "database_tuning_record.json"
+MS_FAILED_S = 1e9  # MetaSchedule records a failed build or run as 1e10 seconds
 
 
 def price(model: StaticCostModel, mod) -> float:
@@ -46,19 +45,10 @@ def price(model: StaticCostModel, mod) -> float:
 
 
 def measured_records(db_dir: str, task: dt.Task) -> list[tuple[float, object]]:
-    """(seconds, scheduled module) of every record in a MetaSchedule JSON database with a finite time, fastest first
-    (MetaSchedule's: the mean of its measured runs; drytune's: the prediction it recorded)."""
-    db = ms.database.JSONDatabase(work_dir=db_dir, allow_missing=True)
-    out = []
-    for rec in db.get_all_tuning_records():
-        secs = [float(x) for x in rec.run_secs or []]
-        if not secs or not all(s < 1e9 for s in secs):  # MetaSchedule's marker of a failed build or run
-            continue
-        sch = s_tir.Schedule(task.mod)
-        rec.trace.apply_to_schedule(sch, remove_postproc=False)
-        out.append((statistics.mean(secs), sch.mod))
-    out.sort(key=lambda t: t[0])
-    return out
+    """(seconds, scheduled module) of the task's records in a work directory's MetaSchedule JSON database, fastest
+    first, without MetaSchedule's failed builds and runs (MetaSchedule's: measured; drytune's: predicted)."""
+    return [(rec.seconds, rec.to_schedule().mod) for rec in RecordStore(db_dir).records(task)
+            if rec.seconds < MS_FAILED_S]
 
 
 def main() -> int:
@@ -95,8 +85,9 @@ def main() -> int:
     ok_measured, ok_priced = [m for m, _ in ok], [p for _, p in ok]
     rho, tau = spearmanr(ok_measured, ok_priced)[0], kendalltau(ok_measured, ok_priced)[0]
     mods = {f"ms{i + 1}": mod for i, (_, mod) in enumerate(ms_recs[:args.top_ms])}
+    predicted = {f"ms{i + 1}": p for i, p in enumerate(priced[:args.top_ms])}
     mods |= {f"dt{i + 1}": mod for i, (_, mod) in enumerate(dt_recs[:args.top_dt])}
-    predicted = {name: price(model, mod) for name, mod in mods.items()}
+    predicted |= {f"dt{i + 1}": price(model, mod) for i, (_, mod) in enumerate(dt_recs[:args.top_dt])}
     times = interleaved(mods, task.target, rounds=args.rounds)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     rows = [{"name": name, "predicted_us": predicted[name] * 1e6, "measured_us": med[name] * 1e6,
