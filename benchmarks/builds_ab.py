@@ -23,10 +23,8 @@ import sys
 import time
 
 from network_ab import interleaved_rounds, library_call
-from networks import model_dir, random_arrays
+from networks import LIBRARIES, model_dir, random_arrays
 from report_files import write_report
-
-LIBRARIES = ("drytune", "drytune_verified", "ms_long", "ms_short", "untuned")  # networks.py's builds
 
 
 def main() -> int:
@@ -66,7 +64,7 @@ def main() -> int:
     calls = {"torch": run_torch}
     for label, work in zip(labels, dirs, strict=True):
         for lib in libraries:
-            path = os.path.join(model_dir(os.path.abspath(work), args.model), lib + ".so")
+            path = os.path.join(model_dir(os.path.abspath(work), args.model), LIBRARIES[lib])
             if not os.path.exists(path):
                 raise SystemExit(f"{path} is missing: run networks.py's build phase for that work directory")
             calls[f"{label}/{lib}"] = library_call(path, inputs)

@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 
+from networks import FAILED_RUN_SECS
 from op_tuning import interleaved, metaschedule_at_budget
 from report_files import write_report
 from scipy.stats import kendalltau, spearmanr
@@ -29,8 +30,6 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.model import StaticCostModel
 from drytune.records import RECORD_FILE, RecordStore
-
-MS_FAILED_S = 1e9  # MetaSchedule records a failed build or run as 1e10 seconds
 
 
 def price(model: StaticCostModel, mod) -> float:
@@ -48,7 +47,7 @@ def measured_records(db_dir: str, task: dt.Task) -> list[tuple[float, object]]:
     """(seconds, scheduled module) of the task's records in a work directory's MetaSchedule JSON database, fastest
     first, without MetaSchedule's failed builds and runs (MetaSchedule's: measured; drytune's: predicted)."""
     return [(rec.seconds, rec.to_schedule().mod) for rec in RecordStore(db_dir).records(task)
-            if rec.seconds < MS_FAILED_S]
+            if rec.seconds < FAILED_RUN_SECS]
 
 
 def main() -> int:
