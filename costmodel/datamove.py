@@ -9,7 +9,8 @@ starts true at the statements and flips to false (as in the paper) when fp_t of 
 or when a run of consecutive sibling nodes not touching t (cyclically across iterations) has a combined
 footprint above the cache. Caches are set associative where the spec gives their ways: a buffer's footprint
 counts as (most of its lines in one set) x sets when that is larger, so rows 4 KiB apart that all land in one L1
-set overflow it long before the lines add up to the capacity. A fused loop is analysed as the nest of the loops
+set overflow it long before the lines add up to the capacity. Sets are told apart only by a line's offset in its
+4 KiB page, since pages land anywhere in a physically indexed cache. A fused loop is analysed as the nest of the loops
 it fuses (its mixed-radix digits), which also makes the floordiv/floormod of fused indices affine. Only buffers
 in global memory are analysed ("local"/"shared" scopes are registers or scratchpads, not cached).
 
@@ -74,6 +75,13 @@ class DataMoveConfig:
     # 2048 sets, 18 > 16 ways) went unchecked and ResNet-50's pick for it ran 1.8 ms, predicted 0.57 (2.3 with the
     # check; session 58)
     max_crowd_points: int = 1 << 18
+    # The caches are physically indexed: set bits above the page offset come from the page frame the OS picked, so
+    # lines compete for sets only by their offset in the page. A cache with more sets than a page has lines is
+    # checked as that many sets of proportionally more ways (Zen 3's 512 KiB 8-way L2: 64 x 128). 0: sets by
+    # virtual address, which charged a GEMM's B packed in 64 KiB column panels (8 of them in one 8-way L2 set) 10x
+    # the L2 lines of the same B packed 32 wide; the two ran alike (session 79). Transparent huge pages would
+    # make virtual sets real; this machine class only takes them on madvise.
+    page_bytes: int = 4096
     levels: tuple[str, ...] = ("L1", "L2")
 
 
@@ -1068,8 +1076,11 @@ def data_movement(
         cap = max(1, int(capacities[level]) // spec.line_bytes)
         w = ways.get(level, 0) if cfg.set_conflicts else 0
         if 0 < w < cap and cap % w == 0:
-            set_counts.append(cap // w)
-            geos[level] = _Geometry(cap, cap // w, len(set_counts) - 1)
+            sets = cap // w
+            if cfg.page_bytes >= spec.line_bytes:
+                sets = min(sets, cfg.page_bytes // spec.line_bytes)
+            set_counts.append(sets)
+            geos[level] = _Geometry(cap, sets, len(set_counts) - 1)
         else:
             geos[level] = _Geometry(cap)
     max_lines = max((g.cap for g in geos.values() if g.index >= 0), default=0)

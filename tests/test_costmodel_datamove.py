@@ -222,6 +222,19 @@ def test_a_large_footprint_crowding_l2_sets_is_checked():
     assert data_movement(column_block_sums(2304, 272, 64, 4), spec).levels["L2"].per_buffer_lines["W"] == 9216
 
 
+def test_l2_sets_beyond_a_page_are_not_conflicts():
+    """16 rows 64 KiB apart, 64 lines of each, read 4 times: 1024 lines fit a 512 KiB 8-way L2 (8192 lines) by
+    count. By virtual address all 16 rows land in the same 64 of its 1024 sets, 16 > 8 ways, and nothing would
+    survive to the next repeat; but the L2 is physically indexed and 4 KiB pages land anywhere, so lines compete
+    only by their offset in a page: 16 per offset against 8 ways x 16 page colours. W stays: 1024 lines."""
+    spec = dataclasses.replace(CPU, l1_bytes=32 * 1024, l1_ways=8, l2_bytes=512 * 1024, l2_ways=8)
+    tree = column_block_sums(16, 16384, 1024, 4)
+    assert data_movement(tree, spec).levels["L2"].per_buffer_lines["W"] == 1024
+    virtual = DataMoveConfig(page_bytes=0)
+    by_address = data_movement(tree, spec, virtual, FootprintCounter(virtual)).levels["L2"]
+    assert by_address.per_buffer_lines["W"] == 1024 * 4
+
+
 def test_most_crowded_set_equals_a_count_by_hand():
     """Lines 0, 64, 128, ... (a column of a 4 KiB-row buffer): with 64 sets every line is in set 0; with 128
     sets they alternate between sets 0 and 64."""
