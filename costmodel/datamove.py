@@ -78,9 +78,9 @@ class DataMoveConfig:
     # The caches are physically indexed: set bits above the page offset come from the page frame the OS picked, so
     # lines compete for sets only by their offset in the page. A cache with more sets than a page has lines is
     # checked as that many sets of proportionally more ways (Zen 3's 512 KiB 8-way L2: 64 x 128). 0: sets by
-    # virtual address, which charged a GEMM's B packed in 64 KiB column panels (8 of them in one 8-way L2 set) 10x
-    # the L2 lines of the same B packed 32 wide; the two ran alike (session 79). Transparent huge pages would
-    # make virtual sets real; this machine class only takes them on madvise.
+    # virtual address, which put a GEMM's 8 B panels 64 KiB apart in the same L2 sets, counted its 32 KiB chunk as
+    # the whole L2 and charged it 10x the L2 lines of the same B packed 32 wide; the two ran alike (session 79).
+    # Transparent huge pages would make virtual sets real; this machine class only takes them on madvise.
     page_bytes: int = 4096
     levels: tuple[str, ...] = ("L1", "L2")
 
