@@ -3,9 +3,11 @@ goal (70% of the measured peak), measured, not assumed.
 
 A hand-written C micro-kernel (`MR` rows x `NV` vectors of C held in registers, A's element broadcast from memory,
 B's vectors loaded, both packed and resident in L1, as in BLIS) is compiled with gcc for this CPU's widest vectors
-and run on every core; the FMA peak (`op_tuning.fma_peak_gflops`, a loop with no memory operand) and, optionally,
+and run on every core; the FMA peak (`op_tuning.FMA_PEAK_C`, a loop with no memory operand) and, optionally,
 GEMM candidates of the suite (`--variants`, the `task_variants.py --op gemm` format) are timed in the same
 interleaved rounds. Each row is the median over rounds of its GFLOP/s over the peak of the same round.
+`tile_peak.py` asks the same of the tiles TVM builds (one thread, 16 lanes); this one asks it of gcc's code, on every
+core, with AVX2's 8 lanes where the CPU has no AVX-512.
 
     python benchmarks/gemm_ceiling.py --shapes 6x2,4x3,3x4,2x6 --rounds 7 --variants FILE --tag znver3_s79
 """
@@ -16,12 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from op_tuning import fma_peak_gflops, interleaved
+from op_tuning import build_c, fma_peak_gflops, interleaved, run_gflops
 from report_files import write_report
 from task_variants import operator_variants
 
@@ -92,20 +93,10 @@ int main(void) {
 """
 
 
-def compile_microkernel(workdir: str, rows: int, vectors: int) -> str:
+def build_microkernel(workdir: str, rows: int, vectors: int) -> str:
     """The micro-kernel with an `rows` x `vectors` register tile, built for this CPU; returns the executable."""
-    src, exe = os.path.join(workdir, "microkernel.c"), os.path.join(workdir, f"microkernel_{rows}x{vectors}")
-    with open(src, "w") as f:
-        f.write(MICROKERNEL_C)
-    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", f"-DMR={rows}", f"-DNV={vectors}", src, "-o", exe],
-                   check=True)
-    return exe
-
-
-def gflops_of(exe: str, threads: int) -> float:
-    """The micro-kernel's best GFLOP/s over five repeats on `threads` threads."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    return float(subprocess.run([exe], capture_output=True, text=True, env=env, check=True).stdout.split()[-1])
+    return build_c(MICROKERNEL_C, os.path.join(workdir, f"microkernel_{rows}x{vectors}"),
+                   (f"-DMR={rows}", f"-DNV={vectors}"))
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -137,17 +128,13 @@ def main() -> int:
             check_candidate(task, cand)
             mods[label] = cand.to_mod()
     with tempfile.TemporaryDirectory() as d:
-        exes = {f"micro-kernel {r} x {v}": compile_microkernel(d, r, v) for r, v in shapes}
+        exes = {f"micro-kernel {r} x {v}": build_microkernel(d, r, v) for r, v in shapes}
+        # the peak is built anew in each round, as op_tuning measures it: run right after TVM's kernels, a prebuilt
+        # peak loop measured half the rate (likely TVM's runtime threads still spinning on the other core)
         extra = {"FMA peak": lambda: GEMM_FLOPS / (fma_peak_gflops(args.threads) * 1e9)}
-        extra.update({name: (lambda exe=exe: GEMM_FLOPS / (gflops_of(exe, args.threads) * 1e9))
+        extra.update({name: (lambda exe=exe: GEMM_FLOPS / (run_gflops(exe, args.threads) * 1e9))
                       for name, exe in exes.items()})
-        if target is None:
-            times = {k: [] for k in extra}
-            for _ in range(args.rounds):
-                for k, timed in extra.items():
-                    times[k].append(timed())
-        else:
-            times = interleaved(mods, target, rounds=args.rounds, extra=extra)
+        times = interleaved(mods, target, rounds=args.rounds, extra=extra)
     peaks = times["FMA peak"]
     rows = []
     for name, secs in times.items():

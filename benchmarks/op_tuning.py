@@ -75,16 +75,26 @@ int main(void) {
 """
 
 
+def build_c(source: str, exe: str, flags: tuple[str, ...] = ()) -> str:
+    """Compile an OpenMP C benchmark for this CPU (gcc -O3 -march=native) into `exe`; returns `exe`."""
+    src = exe + ".c"
+    with open(src, "w") as f:
+        f.write(source)
+    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", *flags, src, "-o", exe], check=True)
+    return exe
+
+
+def run_gflops(exe: str, threads: int | None = None) -> float:
+    """The GFLOP/s a C benchmark built by `build_c` prints last, run on `threads` threads (default: every CPU)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads or os.cpu_count()))
+    return float(subprocess.run([exe], capture_output=True, text=True, env=env, check=True).stdout.split()[-1])
+
+
 def fma_peak_gflops(threads: int | None = None) -> float:
     """GFLOP/s of a register-resident FMA loop with the widest vectors this CPU has (AVX-512, else AVX2), on
     `threads` threads (default: every CPU)."""
     with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "peak.c"), os.path.join(d, "peak")
-        with open(src, "w") as f:
-            f.write(FMA_PEAK_C)
-        subprocess.run(["gcc", "-O3", "-march=native", "-funroll-loops", "-fopenmp", src, "-o", exe], check=True)
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads or os.cpu_count()))
-        return float(subprocess.run([exe], capture_output=True, text=True, env=env, check=True).stdout.split()[-1])
+        return run_gflops(build_c(FMA_PEAK_C, os.path.join(d, "peak"), ("-funroll-loops",)), threads)
 
 
 def _ms_worker(op: str, work_dir: str, seed: int) -> None:
