@@ -160,7 +160,7 @@ class CPUFeatureExtractor:
         tree = LoopTree.from_mod(mod)
         text = asm if asm is not None else self.assembly(mod)
         program, _, counts = analyze_asm(text, self.arch, tree.preorder())
-        counts = repair_fma_counts(program, counts, tree, self.kernel.repair_fma_counts)
+        counts = repair_fma_counts(program, counts, tree, self.kernel.repair_fma_counts, self.kernel)
         speedup, launches = parallel_speedup(tree, self.spec.cores)
         par_cycles = ser_cycles = 0.0
         par_blocks = [b for b in counts.blocks if b.parallel]
@@ -178,7 +178,7 @@ class CPUFeatureExtractor:
         kern = kernel_cycles(tree, self.spec, self.kernel)
         rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
-        fp_ops = tir_fp_lanes(tree)
+        fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles
         compulsory = float(sum(moved.footprint_lines.values()))
         values = (

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, tally_blocks
-from .kernel import VECTOR_CALL_COST, call_name
+from .kernel import VECTOR_CALL_COST, KernelConfig, call_name, statement_trips
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
@@ -92,24 +92,24 @@ def _fma_lanes(inst) -> float:
     return 0.0
 
 
-def tir_fma_lanes(tree: LoopTree) -> float | None:
-    """Multiply-adds the TIR executes; None when a statement calls a function (an inlined exp or erf adds
-    multiply-adds of its own to the assembly)."""
+def tir_fma_lanes(tree: LoopTree, kernel: KernelConfig | None = None) -> float | None:
+    """Multiply-adds the TIR executes (`kernel.statement_trips`); None when a statement calls a function (an inlined
+    exp or erf adds multiply-adds of its own to the assembly)."""
     total = 0.0
-    for leaf in tree.statements():
+    for leaf, trips in statement_trips(tree, kernel):
         if any(call_name(k) for k in leaf.ops):
             return None
-        total += leaf.trips * leaf.ops.get("fma", 0)
+        total += trips * leaf.ops.get("fma", 0)
     return total
 
 
 def repair_fma_counts(program: AsmProgram, counts: InstructionCounts, tree: LoopTree,
-                      tolerance: float) -> InstructionCounts:
+                      tolerance: float, kernel: KernelConfig | None = None) -> InstructionCounts:
     """`counts` with the executions of the code that does the multiply-adds scaled so that its FMA lanes match the
     TIR's, when Algorithm 1 missed them by more than `tolerance` either way (0: never). The TIR's count is exact; a
     loop LLVM duplicated, interchanged or turned into a flag toggle gets a wrong trip in the assembly, and the
     search then favours candidates whose compute loop was undercounted (Zen 3 GEMM, session 75: 1/8 of the FMAs)."""
-    tir = tir_fma_lanes(tree) if tolerance else None
+    tir = tir_fma_lanes(tree, kernel) if tolerance else None
     if not tir:
         return counts
     asm = sum(b.executions * sum(_fma_lanes(i) for i in b.block.instructions) for b in counts.blocks)
@@ -129,13 +129,13 @@ def repair_fma_counts(program: AsmProgram, counts: InstructionCounts, tree: Loop
     return tally_blocks(blocks, counts.invocations, counts.fallbacks + 1)
 
 
-def tir_fp_lanes(tree: LoopTree) -> float:
+def tir_fp_lanes(tree: LoopTree, kernel: KernelConfig | None = None) -> float:
     """FP operations the TIR executes (one per element: what the FP lanes of the assembly add up to). A call
     that stays one instruction (sqrt, fabs, ...) is one operation; libm calls (exp, erf, ...) are not counted:
     their bodies are not in the kernel's assembly, and `kernel.libm_lane_cycles` prices them."""
     total = 0.0
-    for leaf in tree.statements():
+    for leaf, trips in statement_trips(tree, kernel):
         ops = sum(n for k, n in leaf.ops.items() if k in _TIR_FP_OPS)
         ops += sum(n for k, n in leaf.ops.items() if call_name(k) in VECTOR_CALL_COST)
-        total += leaf.trips * ops
+        total += trips * ops
     return total

@@ -193,6 +193,12 @@ class KernelConfig:
     # loop) ran 199 cycles per body, 163 for the same body whose loop around iterates 32 times (session 68). The Zen 5
     # file sets 1 (docs/measurements-costmodel.md, "Session 68")
     hoisted_spill_cycles: float = 0.0
+    # A statement recomputed in a rolled serial loop that none of its addresses or guards read, its own loops unrolled
+    # or vectorized by TVM, runs once per run of that loop: LLVM's LICM hoists the straight-line code (`licm_hoisted`).
+    # A Zen 3 softmax candidate that computes each row's maximum, unrolled 512 wide, inside the column loop ran 0.48
+    # ms (4th of 48) and was priced with the 4-10 ms ones whose maximum stays a rolled loop there (session 80); the
+    # assembly of such a row maximum executes its max instructions once per row (tests/test_costmodel_kernel.py)
+    licm_statements: bool = True
     # The innermost loop's increment, compare and branch run on the integer ports beside the body's FP work: with this
     # set, `loop_overhead` is a bound of its own (at most one taken branch per cycle), not cycles added to every body.
     # Added, it charged Zen 3's 6 x 16 GEMM tile 7 cycles per 12 multiply-adds (17% over its FMA bound) and ranked it
@@ -469,6 +475,76 @@ def _tvm_unroll(node: LoopNode | StmtLeaf, max_step: int) -> tuple[int, bool]:
     return steps, False
 
 
+def _unroll_step(path: list[LoopNode]) -> int:
+    """TVM's auto-unroll limit (`pragma_auto_unroll_max_step`) in force inside `path`; 0: none."""
+    max_step = 0
+    for lp in path:
+        step = lp.annotations.get("pragma_auto_unroll_max_step")
+        if isinstance(step, (int, float)) and step > 0:
+            max_step = int(step)
+    return max_step
+
+
+def _statement_vars(leaf: StmtLeaf) -> set[str]:
+    """The loop variables a statement's addresses, value or guards read."""
+    used = set(leaf.guard_vars).union(*(_access_vars(a) for a in leaf.accesses))
+    return used.union(*(c.loop_vars() for c in leaf.conditions))
+
+
+def _straight_line(loops: list[LoopNode], max_step: int) -> bool:
+    """Whether the loops around a statement (outer to inner) are all gone once TVM unrolls and vectorizes."""
+    return not loops or _tvm_unroll(loops[0], max_step)[1]
+
+
+def _stays_in_loop(leaf: StmtLeaf, inside: list[LoopNode], loop: LoopNode, max_step: int) -> bool:
+    """Whether `leaf`, under `loop` and then the loops `inside`, runs in every iteration of `loop`: it reads the
+    loop's variable, or a loop inside keeps it in a rolled loop that LICM does not take out whole."""
+    return loop.var in _statement_vars(leaf) or not _straight_line(inside, max_step)
+
+
+def _subtree_paths(node: LoopNode | StmtLeaf, path: list[LoopNode]):
+    """The statements under `node`'s children, each with the loops between `node` and it."""
+    if not node.is_loop:
+        yield node, path
+        return
+    for child in node.children:
+        yield from _subtree_paths(child, path + [child] if child.is_loop else path)
+
+
+def licm_hoisted(leaf: StmtLeaf, path: list[LoopNode]) -> int:
+    """How many times fewer a statement runs than its loops say because LLVM's LICM moves it out of them: the
+    extents of the rolled serial loops around its straight-line body (its loops TVM unrolled or vectorized) that
+    none of its addresses or guards read, from the inside out, up to a loop that does, one that is not serial, or
+    one where another statement that stays in it writes a buffer this one reads or writes."""
+    max_step = _unroll_step(path)
+    used = _statement_vars(leaf)
+    buffers = {a.buffer for a in leaf.accesses}
+    i = len(path)
+    while i > 0 and _straight_line(path[i - 1:], max_step):
+        i -= 1
+    factor = 1
+    for at in range(i - 1, -1, -1):
+        loop = path[at]
+        if loop.extent <= 1:
+            continue
+        if loop.kind != "serial" or loop.var in used:
+            break
+        if any(other is not leaf and buffers & {a.buffer for a in other.accesses if a.is_write}
+               and _stays_in_loop(other, inside, loop, max_step)
+               for other, inside in _subtree_paths(loop, [])):
+            break
+        factor *= loop.extent
+    return factor
+
+
+def statement_trips(tree: LoopTree, cfg: KernelConfig | None = None) -> list[tuple[StmtLeaf, float]]:
+    """Every statement with how often it runs: its loops' trips, less what LICM hoists
+    (`KernelConfig.licm_statements`)."""
+    cfg = cfg or KernelConfig()
+    return [(leaf, leaf.trips / (licm_hoisted(leaf, path) if cfg.licm_statements else 1))
+            for _, items in statement_paths(tree) for leaf, path in items]
+
+
 def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_factor: float = 1.0
                 ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
     """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
@@ -476,11 +552,7 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_fac
     within `max_step` statements: `_tvm_unroll`), then LLVM's full unrolling of small constant
     loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance; a loop around one
     LLVM already unrolled may take the body to `nest_factor` x `budget`)."""
-    max_step = 0
-    for lp in path:
-        step = lp.annotations.get("pragma_auto_unroll_max_step")
-        if isinstance(step, (int, float)) and step > 0:
-            max_step = int(step)
+    max_step = _unroll_step(path)
     body: list[LoopNode] = []
     by_llvm: list[LoopNode] = []
     steps = 1
@@ -812,6 +884,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     if preheader:
         body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)
+    if cfg.licm_statements:
+        executions /= licm_hoisted(leaf, path)
     if details is not None:
         details.update(per_body, lanes=e_v, vector_ops=vops, statements=stmts, loads=loads, stores=stores,
                        gathers=gathers, widened=widened, int_ops=int_ops, fp_ops=fp_ops, chain=chain,
@@ -861,7 +935,7 @@ def libm_lane_cycles(tree: LoopTree, cfg: KernelConfig | None = None) -> float:
     """Cycles of all libm calls (exp, erf, ...) of the program on one core: one call per element, each
     `KernelConfig.libm_cycles`; what the calls cost no matter how the code around them is vectorized."""
     cfg = cfg or KernelConfig()
-    return sum(leaf.trips * cfg.call_costs(leaf.ops)[1] for leaf in tree.statements())
+    return sum(trips * cfg.call_costs(leaf.ops)[1] for leaf, trips in statement_trips(tree, cfg))
 
 
 def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None = None) -> KernelEstimate:

@@ -22,10 +22,12 @@ from drytune.costmodel.kernel import (
     edge_switch_guarded,
     guarded_lanes,
     kernel_cycles,
+    licm_hoisted,
     register_buffers,
     remote_lines,
     statement_cycles,
     statement_paths,
+    statement_trips,
 )
 from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
 
@@ -1144,3 +1146,43 @@ def test_hoisted_operands_beyond_the_registers_are_spilled_before_each_run_of_th
         assert det["inner_extent"] == columns and det["accumulators"] == 16
         assert det["preheader"] == (4 * k_inner * cfg.hoisted_spill_cycles if spilled else 0), k_inner
         assert _details(sch)[1]["preheader"] == 0
+
+
+def _row_max_at_each_column(rows: int, cols: int, unroll: bool) -> s_tir.Schedule:
+    """Y[i, j] = X[i, j] - max_k X[i, k], with the row maximum computed again inside the column loop (as a
+    candidate's compute_at puts it), its reduction loop unrolled or not."""
+    X = te.placeholder((rows, cols), "float32", name="X")
+    k = te.reduce_axis((0, cols), name="k")
+    M = te.compute((rows,), lambda i: te.max(X[i, k], axis=k), name="M")
+    Y = te.compute((rows, cols), lambda i, j: X[i, j] - M[i], name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    sch.compute_at(sch.get_sblock("M"), sch.get_loops(sch.get_sblock("Y"))[1])
+    if unroll:
+        sch.unroll(sch.get_loops(sch.get_sblock("M"))[-1])
+    return sch
+
+
+def test_a_reduction_recomputed_in_a_loop_that_does_not_index_it_runs_once_per_row_when_unrolled():
+    """LLVM's LICM takes a row maximum that TVM unrolled out of the column loop around it (it reads nothing that
+    loop changes), so its max instructions run once per row; rolled, the reduction loop stays inside and runs at
+    every column. The model divides the statement's executions by the hoisted loop's extent only in the first case."""
+    rows, cols = 64, 128
+    for unroll, hoisted in ((True, cols), (False, 1)):
+        sch = _row_max_at_each_column(rows, cols, unroll)
+        tree = LoopTree.from_mod(sch.mod)
+        counts = analyze_asm(_asm(sch), "x86", tree.preorder())[2]
+        maxes = sum(b.executions * sum(1 for i in b.block.instructions if "max" in i.mnemonic) for b in counts.blocks)
+        # rolled, LLVM peels the first step of each reduction (folded against the initial value): within 1%
+        assert maxes == (rows * cols if unroll else pytest.approx(rows * cols * cols, rel=0.01)), unroll
+        (_, items), = statement_paths(tree)
+        (leaf, path), = [(s, p) for s, p in items if s.block == "M" and not s.init]
+        assert licm_hoisted(leaf, path) == hoisted
+        for licm, runs in ((True, rows if unroll else rows * cols * cols), (False, rows * cols if unroll else None)):
+            det: dict = {}
+            statement_cycles(leaf, path, SPEC, dataclasses.replace(CFG, licm_statements=licm), det)
+            assert det["executions"] == (runs or rows * cols * cols), (unroll, licm)
+        # the subtraction reads the column: it stays, and it does not write what the maximum reads
+        (y_leaf, y_path), = [(s, p) for s, p in items if s.block == "Y"]
+        assert licm_hoisted(y_leaf, y_path) == 1
+        trips = {(s.block, s.init): t for s, t in statement_trips(tree)}
+        assert trips["M", False] == rows * cols * cols / hoisted and trips["Y", False] == rows * cols
