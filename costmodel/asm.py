@@ -1383,6 +1383,66 @@ def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
     return out
 
 
+_UNSIGNED_SETCC = frozenset({"setb", "seta", "setbe", "setae", "setc", "setnc", "setnae", "setnbe"})
+
+
+def _bit_location(op: str) -> str | None:
+    """Where a flag byte lives: a register's canonical name, or a stack slot's text (other memory: None)."""
+    parsed = _x86_operand(op)
+    if parsed.kind == "reg":
+        return parsed.reg
+    return op.strip() if parsed.kind == "mem" and "%rsp" in op else None
+
+
+def _alias_check_branches(f: AsmFunction) -> dict[int, set[int]]:
+    """Conditional branches taken when a runtime overlap test of address ranges finds a conflict: target block ->
+    the blocks ending in such a branch. A test is `jne` after `test`/`and`/`or` of bytes that all hold unsigned
+    comparisons of two 64-bit values (`cmpq` then `setb`...), followed through registers and stack slots."""
+    pointer_bits: set[str] = set()  # registers and stack slots holding such a comparison (or an and/or of them)
+    flags_compare = flags_checked = False  # flags from a 64-bit compare / from an and, or, test of pointer bits
+    out: dict[int, set[int]] = {}
+    for pos, inst in enumerate(f.instructions):
+        mn, ops = inst.mnemonic, inst.operands
+        base = _x86_base_mnemonic(mn)
+        writes_dest = inst.writes - {FLAGS} or inst.mem_write or mn.startswith("set")  # (a setcc to memory too)
+        written = _bit_location(ops[-1]) if ops and writes_dest else None
+        if mn in _UNSIGNED_SETCC and written is not None:
+            (pointer_bits.add if flags_compare else pointer_bits.discard)(written)
+        elif base in ("and", "or", "test") and len(ops) == 2:
+            both = all(_bit_location(op) in pointer_bits for op in ops)
+            if base != "test" and written is not None:
+                (pointer_bits.add if both else pointer_bits.discard)(written)
+            flags_checked, flags_compare = both, False
+            continue
+        elif mn.startswith("mov") and len(ops) == 2 and written is not None and inst.iclass not in VECTOR_CLASSES:
+            (pointer_bits.add if _bit_location(ops[0]) in pointer_bits else pointer_bits.discard)(written)
+        elif written is not None:
+            pointer_bits.discard(written)
+        for reg in inst.writes - {FLAGS}:
+            if reg != written:
+                pointer_bits.discard(reg)
+        if FLAGS in inst.writes:
+            flags_compare = mn == "cmpq" and not any(op.startswith("$") for op in ops)
+            flags_checked = False
+        if inst.is_branch and mn in ("jne", "jnz") and flags_checked and inst.target in f.labels:
+            out.setdefault(f.block_index(f.labels[inst.target]), set()).add(f.block_index(pos))
+    return out
+
+
+def _alias_check_fallbacks(f: AsmFunction) -> frozenset[int]:
+    """Blocks that run only when a runtime alias check fails: LLVM's loop vectorizer guards its vector loop with
+    overlap tests of the address ranges it reads and writes when it cannot prove that buffers are distinct (TVM's
+    intermediate buffers), and branches to a scalar copy of the loop on a conflict. TVM's buffers never overlap, so
+    the copy never runs (x86 only)."""
+    if f.arch != "x86":
+        return frozenset()
+    dead: set[int] = set()
+    for target, sources in _alias_check_branches(f).items():
+        if set(f._preds[target]) <= sources:
+            dead.update(kk for kk in range(len(f.blocks)) if f._dom[kk] >> target & 1)
+    return frozenset(dead)
+
+
 def _iv_guard(f: AsmFunction, k: int, bi: int) -> tuple[list[_Term], bool] | None:
     """For the conditional branch at `bi` ending block `k`: (tests that must all hold, branch taken when
     they hold), or None when the condition is not an equality on induction registers."""
@@ -1842,9 +1902,12 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
     for fname in visited:
         f = program.function(fname)
         rare = _rare_blocks(f)
+        never = _alias_check_fallbacks(f)
         for k, b in enumerate(f.blocks):
             inner = f.innermost_loop(b.start)
             n = factor(fname, inner) if inner is not None else _ctx_factor(fname)
+            if k in never:
+                n = 0
             if inner is not None and f.loops[inner].top_tested and f.block_index(f.loops[inner].header) == k:
                 trip = mapping.trip(fname, inner)
                 n = n // trip * (trip + 1)

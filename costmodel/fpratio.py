@@ -16,12 +16,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, tally_blocks
-from .kernel import VECTOR_CALL_COST, KernelConfig, call_name, statement_trips
+from .kernel import FP_OPS, VECTOR_CALL_COST, KernelConfig, call_name, statement_trips
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
 _FP_CLASSES = frozenset({VEC_FMA, VEC_ARITH, SCALAR_FP})
-_TIR_FP_OPS = frozenset({"fma", "fadd", "fsub", "fmul", "fdiv", "fminmax", "fsqrt"})
 _STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers when frames are omitted
 
 
@@ -135,7 +134,7 @@ def tir_fp_lanes(tree: LoopTree, kernel: KernelConfig | None = None) -> float:
     their bodies are not in the kernel's assembly, and `kernel.libm_lane_cycles` prices them."""
     total = 0.0
     for leaf, trips in statement_trips(tree, kernel):
-        ops = sum(n for k, n in leaf.ops.items() if k in _TIR_FP_OPS)
+        ops = sum(n for k, n in leaf.ops.items() if k in FP_OPS)
         ops += sum(n for k, n in leaf.ops.items() if call_name(k) in VECTOR_CALL_COST)
         total += trips * ops
     return total

@@ -44,6 +44,9 @@ _LIBM_CALLS = frozenset({"exp", "exp2", "exp10", "expm1", "log", "log2", "log10"
 _INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
 
 
+FP_OPS = frozenset({"fma", "fadd", "fsub", "fmul", "fdiv", "fminmax", "fsqrt"})  # TIR floating-point operations
+
+
 def call_name(op_key: str) -> str | None:
     """The function a statement's op key counts ("call:tirx.exp" -> "exp"), None for other ops."""
     return op_key.rsplit(".", 1)[-1] if op_key.startswith("call:") else None
@@ -99,6 +102,13 @@ class KernelConfig:
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
+    # On x86 the loop vectorizer also takes an iterating loop whose body LLVM unrolls around guarded loads when the
+    # body only copies (a padded window) and the guards do not change with that loop: each guard becomes a mask of
+    # all or no lanes (`vmovups ... {%k} {z}`, `vmaskmovps` with AVX2; seen for znver3/4/5, skylake-avx512 to
+    # graniterapids). MetaSchedule's MobileNet-V2 depthwise kernels run so (a 5 x 5 padded window computed at the
+    # 64-channel loop: priced 2.9x its time as scalar code before, session 82). Not a body with arithmetic: 24 guarded
+    # multiply-adds of a 3-channel input convolution stayed scalar
+    uniform_guard_masks: bool = False
     # A TVM vector moved in more memory pieces than it has registers is widened (10 lanes: one zmm, 8 + 2 pieces; 6: one
     # ymm, 4 + 2): each load joins its pieces with an insert and each store splits them with an extract, on the FP pipes
     # beside the FMAs (Zen 5 microbenchmark, docs/measurements-costmodel.md "Widened vectors": an accumulator update on
@@ -107,8 +117,10 @@ class KernelConfig:
     # LLVM's LICM hoists a contiguous operand that does not change with the innermost iterating loop; when its vector is
     # wider than a register and its lane count not a power of two (20, 24, 40, 48, 80; 12 with AVX2), the hoisted load
     # is assembled lane by lane in the loop's preheader (vmovss and vinsertps per lane), once per run of the loop and
-    # not overlapped with it. `preheader_lane_cycles` per lane (a load and an insert): on Zen 4 a 48-lane tile over 2
-    # row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at the same (docs/measurements-costmodel.md)
+    # not overlapped with it (TVM's vectors only: a 48-iteration loop that LLVM vectorizes runs as three whole zmm
+    # registers, MetaSchedule's MobileNet-V2 depthwise kernels). `preheader_lane_cycles` per lane (a load and an
+    # insert): on Zen 4 a 48-lane tile over 2 row blocks ran at half the FMA rate of a 32-lane one, over 40 blocks at
+    # the same (docs/measurements-costmodel.md)
     hoisted_by_lane: bool = True
     preheader_lane_cycles: float = 1.0
     # Accumulators of half-register TVM vectors (8 lanes with AVX-512) held in registers across the reduction loop
@@ -260,7 +272,8 @@ class KernelConfig:
         avx512 = spec.arch == "x86" and spec.vector_bits >= 512
         return cls(fp_pipes=float(spec.fma_units), pump=spec.pump, registers=vector_regs - 2,
                    gapped_strides_gather=spec.llvm_gathers,
-                   gather_vectorize=avx512, overlapping_strides_gather=avx512)
+                   gather_vectorize=avx512, overlapping_strides_gather=avx512,
+                   uniform_guard_masks=spec.arch == "x86")
 
 
 @dataclass
@@ -674,7 +687,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # loads), or the innermost iterating loop when any loops inside it that LLVM unrolls are free of guards
         # (theirs stay branches, which stops it); remainders run as narrower vectors here
         innermost = next((lp.var for lp in reversed(path) if lp.extent > 1), None)
-        branchy_body = bool(by_llvm) and (leaf.predicated or any(a.conditional for a in reads))
+        masked = cfg.uniform_guard_masks and not leaf.predicated and bool(outer) and not leaf.ops.keys() & FP_OPS \
+            and outer[-1].var not in leaf.guard_vars
+        branchy_body = bool(by_llvm) and (leaf.predicated or any(a.conditional for a in reads)) and not masked
         around = outer[-1] if outer and not branchy_body else None  # the iterating loop LLVM may vectorize
         if by_llvm and by_llvm[0].var == innermost:
             cand, iterating = by_llvm[0], False
@@ -781,7 +796,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
-            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and invariant:
+            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and invariant \
+                    and vec_loop.kind == "vectorized":  # a TVM vector; LLVM's vectorizers pick whole registers
                 preheader += n * e_v * cfg.preheader_lane_cycles
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
@@ -994,30 +1010,70 @@ def _split_by_thread(acc: Access, loop: LoopNode | None) -> tuple | None:
                               for ix in acc.indices)
 
 
+def _thread_lines(acc: Access, loop: LoopNode | None, path: list[LoopNode], cores: int,
+                  line_bytes: int) -> list[tuple[int, int]] | None:
+    """Per thread, the first and last cache line of `acc`'s buffer that a nest touches through `acc`, with TVM's
+    static chunks of the parallel loop `loop` (a serial nest: all on thread 0); None for an opaque index."""
+    if any(ix.bounds is not None for ix in acc.indices):
+        return None
+    flat = IndexExpr.constant(0)
+    strides = [math.prod(acc.shape[i + 1:]) for i in range(len(acc.shape))]
+    for ix, stride in zip(acc.indices, strides, strict=True):
+        flat = flat.add(ix, stride)
+    inner = {lp.var: lp.extent for lp in path if lp is not loop}
+    whole = flat.interval(inner | ({loop.var: loop.extent} if loop is not None else {}))
+    if loop is None or loop.extent <= 1:
+        first = (int(whole[0]) * acc.dtype_bytes // line_bytes, int(whole[1]) * acc.dtype_bytes // line_bytes)
+        return [first] + [(1, 0)] * (cores - 1)
+    chunk = -(-loop.extent // cores)
+    out = []
+    for t in range(cores):
+        lo, hi = math.inf, -math.inf
+        ps = range(t * chunk, min(loop.extent, (t + 1) * chunk))
+        if len(ps) > 512:  # monotonic in practice: the chunk's ends bound it
+            ps = (ps[0], ps[-1])
+        for p in ps:
+            a, b = flat.substitute({loop.var: IndexExpr.constant(p)}, inner).interval(inner)
+            lo, hi = min(lo, a), max(hi, b)
+        out.append((int(lo) * acc.dtype_bytes // line_bytes, int(hi) * acc.dtype_bytes // line_bytes)
+                   if lo <= hi else (1, 0))
+    return out
+
+
 def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float]:
     """Per root nest, the cache lines it reads of buffers that an earlier nest wrote and that the two nests split
     differently between threads (one of them serial, or another split along their parallel loops): with TVM's
-    static chunks, all but 1/cores of them were written on another core."""
-    written: dict[str, tuple[tuple | None, int]] = {}  # buffer -> (writer's split, lines)
+    static chunks, the lines in each thread's span of the buffer outside the span the writer gave that thread,
+    at most all but 1/cores of them. Two nests whose parallel loops differ but give each thread the same rows
+    (a fused output loop and an element-wise epilogue's) share nothing."""
+    written: dict[str, tuple[tuple | None, list | None, int]] = {}  # buffer -> (split, thread lines, lines)
     out: list[float] = []
-    for root in tree.roots:
+    for root, items in statement_paths(tree):
         loop = _first_parallel_loop(root)
-        leaves = list(root.statements()) if root.is_loop else [root]
         lines = 0.0
         counted: set[str] = set()
-        for leaf in leaves:
+        for leaf, path in items:
             for acc in leaf.accesses:
                 if acc.is_write or acc.buffer not in written or acc.buffer in counted:
                     continue
-                split, n_lines = written[acc.buffer]
+                split, spans, n_lines = written[acc.buffer]
                 mine = _split_by_thread(acc, loop)
-                if (split, mine) != (None, None) and split != mine:
-                    lines += n_lines * (cores - 1) / cores
-                    counted.add(acc.buffer)
-        for leaf in leaves:
+                if (split, mine) == (None, None) or split == mine:
+                    continue
+                counted.add(acc.buffer)
+                reads = _thread_lines(acc, loop, path, cores, line_bytes)
+                bound = n_lines * (cores - 1) / cores
+                if spans is None or reads is None:
+                    lines += bound
+                    continue
+                away = sum(max(0, rh - rl + 1) - max(0, min(rh, wh) - max(rl, wl) + 1)
+                           for (rl, rh), (wl, wh) in zip(reads, spans, strict=True))
+                lines += min(bound, away)
+        for leaf, path in items:
             for acc in leaf.accesses:
                 if acc.is_write and acc.storage_shape is None:  # allocated inside a loop: never leaves its nest
                     size = math.prod(acc.shape) * acc.dtype_bytes
-                    written[acc.buffer] = (_split_by_thread(acc, loop), -(-size // line_bytes))
+                    written[acc.buffer] = (_split_by_thread(acc, loop),
+                                           _thread_lines(acc, loop, path, cores, line_bytes), -(-size // line_bytes))
         out.append(lines)
     return out
