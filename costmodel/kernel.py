@@ -1028,15 +1028,13 @@ def _thread_lines(acc: Access, loop: LoopNode | None, path: list[LoopNode], core
     chunk = -(-loop.extent // cores)
     out = []
     for t in range(cores):
-        lo, hi = math.inf, -math.inf
-        ps = range(t * chunk, min(loop.extent, (t + 1) * chunk))
-        if len(ps) > 512:  # monotonic in practice: the chunk's ends bound it
-            ps = (ps[0], ps[-1])
-        for p in ps:
-            a, b = flat.substitute({loop.var: IndexExpr.constant(p)}, inner).interval(inner)
-            lo, hi = min(lo, a), max(hi, b)
-        out.append((int(lo) * acc.dtype_bytes // line_bytes, int(hi) * acc.dtype_bytes // line_bytes)
-                   if lo <= hi else (1, 0))
+        size = min(loop.extent, (t + 1) * chunk) - t * chunk
+        if size <= 0:
+            out.append((1, 0))
+            continue
+        mine = inner | {loop.var: size}  # the thread's iterations t * chunk + [0, size)
+        lo, hi = flat.substitute({loop.var: IndexExpr.var(loop.var, 1, t * chunk)}, mine).interval(mine)
+        out.append((int(lo) * acc.dtype_bytes // line_bytes, int(hi) * acc.dtype_bytes // line_bytes))
     return out
 
 
