@@ -1403,24 +1403,25 @@ def _alias_check_branches(f: AsmFunction) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for pos, inst in enumerate(f.instructions):
         mn, ops = inst.mnemonic, inst.operands
-        base = _x86_base_mnemonic(mn)
-        writes_dest = inst.writes - {FLAGS} or inst.mem_write or mn.startswith("set")  # (a setcc to memory too)
-        written = _bit_location(ops[-1]) if ops and writes_dest else None
-        if mn in _UNSIGNED_SETCC and written is not None:
-            (pointer_bits.add if flags_compare else pointer_bits.discard)(written)
-        elif base in ("and", "or", "test") and len(ops) == 2:
-            both = all(_bit_location(op) in pointer_bits for op in ops)
-            if base != "test" and written is not None:
-                (pointer_bits.add if both else pointer_bits.discard)(written)
-            flags_checked, flags_compare = both, False
-            continue
-        elif mn.startswith("mov") and len(ops) == 2 and written is not None and inst.iclass not in VECTOR_CLASSES:
-            (pointer_bits.add if _bit_location(ops[0]) in pointer_bits else pointer_bits.discard)(written)
-        elif written is not None:
-            pointer_bits.discard(written)
-        for reg in inst.writes - {FLAGS}:
-            if reg != written:
-                pointer_bits.discard(reg)
+        if pointer_bits or (flags_compare and mn in _UNSIGNED_SETCC):  # else nothing to follow (most instructions)
+            base = _x86_base_mnemonic(mn)
+            writes_dest = inst.writes - {FLAGS} or inst.mem_write or mn.startswith("set")  # (a setcc to memory too)
+            written = _bit_location(ops[-1]) if ops and writes_dest else None
+            if mn in _UNSIGNED_SETCC and written is not None:
+                (pointer_bits.add if flags_compare else pointer_bits.discard)(written)
+            elif base in ("and", "or", "test") and len(ops) == 2:
+                both = all(_bit_location(op) in pointer_bits for op in ops)
+                if base != "test" and written is not None:
+                    (pointer_bits.add if both else pointer_bits.discard)(written)
+                flags_checked, flags_compare = both, False
+                continue
+            elif mn.startswith("mov") and len(ops) == 2 and written is not None and inst.iclass not in VECTOR_CLASSES:
+                (pointer_bits.add if _bit_location(ops[0]) in pointer_bits else pointer_bits.discard)(written)
+            elif written is not None:
+                pointer_bits.discard(written)
+            for reg in inst.writes - {FLAGS}:
+                if reg != written:
+                    pointer_bits.discard(reg)
         if FLAGS in inst.writes:
             flags_compare = mn == "cmpq" and not any(op.startswith("$") for op in ops)
             flags_checked = False
