@@ -4,6 +4,7 @@ on hand-written snippets (counts checked by hand) and on real TVM builds for x86
 import pytest
 import tvm
 import tvm_ffi
+from tir_programs import depthwise_window_at_channels
 from tvm import s_tir, te, tirx
 
 from drytune import workloads
@@ -373,38 +374,12 @@ def test_aarch64_cross_build_counts_fma_per_q_lane():
     assert mapping.fallbacks == 1  # only the parallel chunk loop
 
 
-def _depthwise_at_channels(channels: int = 48) -> s_tir.Schedule:
-    """A padded 3 x 3 depthwise convolution over 14 x 14 x `channels` as MetaSchedule schedules it: rows parallel,
-    the padded window computed at the channel loop (serial, left to LLVM's loop vectorizer), the window unrolled,
-    the ReLU in its own parallel nest (the convolution's output is an intermediate buffer)."""
-    X = te.placeholder((14, 14, channels), "float32", name="X")
-    W = te.placeholder((3, 3, channels), "float32", name="W")
-    P = te.compute((16, 16, channels), lambda h, w, c: tirx.if_then_else(
-        tirx.all(h >= 1, h < 15, w >= 1, w < 15), X[h - 1, w - 1, c], tirx.const(0.0, "float32")), name="P")
-    ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
-    D = te.compute((14, 14, channels), lambda y, x, c: te.sum(P[y + ry, x + rx, c] * W[ry, rx, c], axis=[ry, rx]),
-                   name="D")
-    E = te.compute((14, 14, channels), lambda y, x, c: te.max(D[y, x, c], tirx.const(0.0, "float32")), name="E")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, W, E])}))
-    d = sch.get_sblock("D")
-    y, x, c, r1, r2 = sch.get_loops(d)
-    x0, x1 = sch.split(x, [7, 2])
-    sch.reorder(y, x0, c, r1, x1, r2)
-    sch.parallel(y)
-    sch.annotate(y, "pragma_auto_unroll_max_step", 512)
-    sch.annotate(y, "pragma_unroll_explicit", 1)
-    sch.compute_at(sch.get_sblock("P"), c)
-    sch.decompose_reduction(d, r1)
-    sch.parallel(sch.get_loops(sch.get_sblock("E"))[0])
-    return sch
-
-
 def test_scalar_copy_behind_a_runtime_alias_check_never_runs():
     """LLVM vectorizes the channel loop but cannot prove that the intermediate it writes and the input it reads
     are distinct, so it tests their address ranges first and keeps a scalar copy of the loop for a conflict.
-    TVM's buffers never overlap: the copy's 18 scalar multiply-adds are in the text but count zero, and the
+    TVM's buffers never overlap: the copy's scalar multiply-adds are in the text but count zero, and the
     vector ones alone make the convolution's 14 x 14 x 48 x 9 multiply-adds."""
-    sch = _depthwise_at_channels(48)
+    sch = depthwise_window_at_channels(48)
     text = _build_asm(sch, "x86-avx512")
     assert "vfmadd231ss" in text or "vfmadd213ss" in text
     prog, _, counts = asm.analyze_asm(text, "x86", ir_loops(sch.mod))

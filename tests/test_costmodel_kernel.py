@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import tvm
 import tvm_ffi
-from tir_programs import compacted, max_pool_over_pad
+from tir_programs import compacted, depthwise_window_at_channels, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
@@ -1195,39 +1195,12 @@ def test_a_reduction_recomputed_in_a_loop_that_does_not_index_it_runs_once_per_r
 ZEN4 = {"kind": "llvm", "mcpu": "znver4", "mtriple": "x86_64-linux-gnu", "num-cores": 2}
 
 
-def _depthwise_s2_window_at_channels(unroll_step: int, channels: int = 64) -> s_tir.Schedule:
-    """A padded 3 x 3 stride-2 depthwise convolution (28 x 28 -> 14 x 14) as MetaSchedule schedules it for
-    MobileNet-V2: column blocks parallel, the 5 x 5 padded input window computed at the channel loop (serial, for
-    LLVM to vectorize), TVM's auto-unroll at `unroll_step`, the ReLU in its own nest."""
-    X = te.placeholder((28, 28, channels), "float32", name="X")
-    W = te.placeholder((3, 3, channels), "float32", name="W")
-    P = te.compute((30, 30, channels), lambda h, w, c: tvm.tirx.if_then_else(
-        tvm.tirx.all(h >= 1, h < 29, w >= 1, w < 29), X[h - 1, w - 1, c], tvm.tirx.const(0.0, "float32")), name="P")
-    ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
-    D = te.compute((14, 14, channels), lambda y, x, c: te.sum(P[2 * y + ry, 2 * x + rx, c] * W[ry, rx, c],
-                                                              axis=[ry, rx]), name="D")
-    E = te.compute((14, 14, channels), lambda y, x, c: te.max(D[y, x, c], tvm.tirx.const(0.0, "float32")), name="E")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, W, E])}))
-    d = sch.get_sblock("D")
-    y, x, c, r1, r2 = sch.get_loops(d)
-    x0, x2 = sch.split(x, [7, 2])
-    y1, y2 = sch.split(y, [7, 2])
-    sch.reorder(x0, y1, c, r2, y2, x2, r1)
-    sch.parallel(x0)
-    sch.annotate(x0, "pragma_auto_unroll_max_step", unroll_step)
-    sch.annotate(x0, "pragma_unroll_explicit", 1)
-    sch.compute_at(sch.get_sblock("P"), c)
-    sch.decompose_reduction(d, r2)
-    sch.parallel(sch.get_loops(sch.get_sblock("E"))[0])
-    return sch
-
-
 def test_guarded_window_at_a_loop_its_guards_ignore_is_vectorized_with_masks():
     """The window's rows are left to LLVM (25 copies exceed TVM's unroll step of 16), its padding guards depend on
     the rows and columns, not on the channel loop around: LLVM vectorizes the channel loop and turns each guard into
     a mask of all or no lanes. `uniform_guard_masks` (on for x86) prices the window as vectors; without it, as
     scalar code behind branches."""
-    sch = _depthwise_s2_window_at_channels(16)
+    sch = depthwise_window_at_channels(64, stride=2, unroll_step=16)
     text = _asm(sch, ZEN4)
     masked = [ln for ln in text.splitlines() if ln.strip().startswith("vmovups") and "{%k" in ln and "mm" in ln]
     assert masked and _packed(text, "vfmadd") > 0
@@ -1242,7 +1215,7 @@ def test_loop_vectorized_by_llvm_loads_its_invariant_operands_as_whole_registers
     """The multiply-adds' weights do not change with the output columns around the 48-channel loop that LLVM
     vectorizes; LLVM loads them as whole zmm registers in every column (no lane-by-lane assembly, no vinsertps), so
     the lane-by-lane preheader of a 48-lane TVM vector (`hoisted_by_lane`) does not apply to it."""
-    sch = _depthwise_s2_window_at_channels(512, channels=48)
+    sch = depthwise_window_at_channels(48, stride=2)
     text = _asm(sch, ZEN4)
     assert "vinsertps" not in text and _packed(text, "vfmadd") > 0
     _, det = _details(sch, "D_update")

@@ -48,3 +48,32 @@ def max_pool_over_pad(size: int, channels: int, pad_inside_x: bool) -> s_tir.Sch
     if pad_inside_x:
         sch.compute_at(sch.get_sblock("pad"), sch.get_loops(sch.get_sblock("pool"))[3])
     return sch
+
+
+def depthwise_window_at_channels(channels: int, stride: int = 1, unroll_step: int = 512) -> s_tir.Schedule:
+    """A padded 3 x 3 depthwise convolution to 14 x 14 x `channels` (input 14 * `stride` square) as MetaSchedule
+    schedules MobileNet-V2's: blocks of two output columns parallel, then pairs of output rows, the padded input window
+    computed at the channel loop (serial, for LLVM's loop vectorizer), TVM's auto-unroll at `unroll_step`, the ReLU in
+    its own parallel nest (so the convolution's output is an intermediate buffer)."""
+    size = 14 * stride
+    X = te.placeholder((size, size, channels), "float32", name="X")
+    W = te.placeholder((3, 3, channels), "float32", name="W")
+    P = te.compute((size + 2, size + 2, channels), lambda h, w, c: tirx.if_then_else(
+        tirx.all(h >= 1, h <= size, w >= 1, w <= size), X[h - 1, w - 1, c], tirx.const(0.0, "float32")), name="P")
+    ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
+    D = te.compute((14, 14, channels), lambda y, x, c: te.sum(
+        P[stride * y + ry, stride * x + rx, c] * W[ry, rx, c], axis=[ry, rx]), name="D")
+    E = te.compute((14, 14, channels), lambda y, x, c: te.max(D[y, x, c], tirx.const(0.0, "float32")), name="E")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, W, E])}))
+    d = sch.get_sblock("D")
+    y, x, c, r1, r2 = sch.get_loops(d)
+    x0, x2 = sch.split(x, [7, 2])
+    y1, y2 = sch.split(y, [7, 2])
+    sch.reorder(x0, y1, c, r2, y2, x2, r1)
+    sch.parallel(x0)
+    sch.annotate(x0, "pragma_auto_unroll_max_step", unroll_step)
+    sch.annotate(x0, "pragma_unroll_explicit", 1)
+    sch.compute_at(sch.get_sblock("P"), c)
+    sch.decompose_reduction(d, r2)
+    sch.parallel(sch.get_loops(sch.get_sblock("E"))[0])
+    return sch
