@@ -1021,10 +1021,12 @@ def _thread_lines(acc: Access, loop: LoopNode | None, path: list[LoopNode], core
     for ix, stride in zip(acc.indices, strides, strict=True):
         flat = flat.add(ix, stride)
     inner = {lp.var: lp.extent for lp in path if lp is not loop}
-    whole = flat.interval(inner | ({loop.var: loop.extent} if loop is not None else {}))
+
+    def lines(lo: float, hi: float) -> tuple[int, int]:
+        return int(lo) * acc.dtype_bytes // line_bytes, int(hi) * acc.dtype_bytes // line_bytes
+
     if loop is None or loop.extent <= 1:
-        first = (int(whole[0]) * acc.dtype_bytes // line_bytes, int(whole[1]) * acc.dtype_bytes // line_bytes)
-        return [first] + [(1, 0)] * (cores - 1)
+        return [lines(*flat.interval(inner))] + [(1, 0)] * (cores - 1)
     chunk = -(-loop.extent // cores)
     out = []
     for t in range(cores):
@@ -1033,8 +1035,7 @@ def _thread_lines(acc: Access, loop: LoopNode | None, path: list[LoopNode], core
             out.append((1, 0))
             continue
         mine = inner | {loop.var: size}  # the thread's iterations t * chunk + [0, size)
-        lo, hi = flat.substitute({loop.var: IndexExpr.var(loop.var, 1, t * chunk)}, mine).interval(mine)
-        out.append((int(lo) * acc.dtype_bytes // line_bytes, int(hi) * acc.dtype_bytes // line_bytes))
+        out.append(lines(*flat.substitute({loop.var: IndexExpr.var(loop.var, 1, t * chunk)}, mine).interval(mine)))
     return out
 
 
@@ -1044,7 +1045,7 @@ def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float
     static chunks, the lines in each thread's span of the buffer outside the span the writer gave that thread,
     at most all but 1/cores of them. Two nests whose parallel loops differ but give each thread the same rows
     (a fused output loop and an element-wise epilogue's) share nothing."""
-    written: dict[str, tuple[tuple | None, list | None, int]] = {}  # buffer -> (split, thread lines, lines)
+    written: dict[str, tuple[tuple | None, tuple, int]] = {}  # buffer -> (split, writer's (access, loop, path), lines)
     out: list[float] = []
     for root, items in statement_paths(tree):
         loop = _first_parallel_loop(root)
@@ -1054,11 +1055,12 @@ def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float
             for acc in leaf.accesses:
                 if acc.is_write or acc.buffer not in written or acc.buffer in counted:
                     continue
-                split, spans, n_lines = written[acc.buffer]
+                split, writer, n_lines = written[acc.buffer]
                 mine = _split_by_thread(acc, loop)
                 if (split, mine) == (None, None) or split == mine:
                     continue
                 counted.add(acc.buffer)
+                spans = _thread_lines(*writer, cores, line_bytes)  # only for buffers read under another split
                 reads = _thread_lines(acc, loop, path, cores, line_bytes)
                 bound = n_lines * (cores - 1) / cores
                 if spans is None or reads is None:
@@ -1071,7 +1073,6 @@ def remote_lines(tree: LoopTree, cores: int, line_bytes: int = 64) -> list[float
             for acc in leaf.accesses:
                 if acc.is_write and acc.storage_shape is None:  # allocated inside a loop: never leaves its nest
                     size = math.prod(acc.shape) * acc.dtype_bytes
-                    written[acc.buffer] = (_split_by_thread(acc, loop),
-                                           _thread_lines(acc, loop, path, cores, line_bytes), -(-size // line_bytes))
+                    written[acc.buffer] = (_split_by_thread(acc, loop), (acc, loop, path), -(-size // line_bytes))
         out.append(lines)
     return out
