@@ -12,6 +12,7 @@ from functools import reduce
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.sym import Analyzer
 
 from .unchecked import raw_schedule
 
@@ -239,8 +240,15 @@ def _step_in(expr: object, var: str) -> int | None:
 
 def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV) -> int | None:
     """Largest distance in bytes between the elements that consecutive iterations of `loop` read in one of block
-    `name`'s inputs (buffers it reads and does not write); 0: the same elements, None: not linear in the loop."""
+    `name`'s inputs (buffers it reads and does not write); 0: the same elements, None: not linear in the loop.
+
+    Indices are first simplified within the block iterators' ranges: a chain of reshapes and transposes inlined into
+    one nest reads through floordiv/floormod terms that are linear there (lv[(s // 128 + r) % 128, ...] is lv[r, ...]
+    when s < 128)."""
     realize = _get_sblock_realize(raw_schedule(sch), sch.get_sblock(name))
+    analyzer = Analyzer()
+    for iv in realize.block.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
     var = sch.get(loop).loop_var.name
     moving: dict[str, int] = {}  # block iterator -> its step per iteration of the loop
     for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
@@ -256,7 +264,8 @@ def loop_stride_bytes(sch: s_tir.Schedule, name: str, loop: s_tir.LoopRV) -> int
             continue
         stride, inner = 0, 1
         for rng, dim in zip(reversed(region.region), reversed(region.source.shape), strict=True):
-            coefs = [_step_in(rng.min, iv) for iv in moving]
+            start = analyzer.simplify(rng.min)
+            coefs = [_step_in(start, iv) for iv in moving]
             if None in coefs:
                 return None
             step = sum(c * s for c, s in zip(coefs, moving.values(), strict=True))

@@ -322,6 +322,27 @@ def test_reduction_gathering_vector_lanes_gets_16_lanes_and_64_unrolled_steps(tr
     assert _unroll_steps_and_lanes(dt.Candidate(task, same, cand.decisions).to_mod()) == ({512}, {24})
 
 
+def test_gather_behind_reshape_index_arithmetic_is_recognised() -> None:
+    """A transpose written through reshapes (BERT's attention heads) reads its input through floordiv/floormod that
+    are linear within the block's ranges: its lanes are a row apart, so the gather limits apply (unlimited, LLVM took
+    5-15 s per candidate on such a nest)."""
+    from tvm import topi
+
+    x = te.placeholder((128, 768), name="x")
+    heads = topi.transpose(topi.reshape(x, (128, 12, 64)), (1, 2, 0))  # out[h, d, s] = x[s, h * 64 + d]
+    task = dt.Task.from_te([x, topi.reshape(heads, (12, 64, 128))], "llvm", name="heads")
+    space = dt.SearchSpace(task)
+    cand = space.sample(1, seed=0)[0]
+    pick = {h.key: h.options.index(512) for h in cand.sketch.holes if h.kind == "unroll"}
+    pick |= {h.key: h.options.index(64) for h in cand.sketch.holes if h.kind == "vectorize"}
+    cand = dt.Candidate(task, cand.sketch, {**cand.decisions, **pick})
+    # the first reshape's nest copies rows (64 contiguous lanes, 512 steps); the transposing nest is limited
+    assert _unroll_steps_and_lanes(cand.to_mod()) == ({512, 64}, {64, 16})
+    assert check_candidate(task, cand).ok
+    off = dt.SearchSpace(task, config=dt.SpaceConfig(cpu_gather_lanes=None, cpu_gather_unroll=None))
+    assert _unroll_steps_and_lanes(dt.Candidate(task, off.sketches[0], cand.decisions).to_mod()) == ({512}, {64})
+
+
 class InlineEverythingSpatial(SketchRule):
     """A user rule: inline any spatial non-output block, even one the default rules would keep."""
 
