@@ -227,6 +227,12 @@ class KernelConfig:
     # Zen 4 also stores a 512-bit vector as two 256-bit halves, one zmm store every two cycles (a pad strip written
     # and read back costs that beside the FMAs)
     pump_stores: bool = True
+    # Zen 4 loads one 512-bit vector per cycle (two 256-bit ones): a full-width load, or a broadcast into a full-width
+    # register, takes both load-port slots. The BERT-base dense tiles on Zen 4 ran at the rate this gives (8 rows x 16
+    # lanes, 9 loads per 8 FMAs: 1.125 cycles per FMA; 4 x 16, 5 per 4: 1.25; session 84), where two ports of any
+    # width leave both FMA-bound. Not set by any file: on Zen 4's fidelity rows held out it moved Spearman 0.842 ->
+    # 0.85 but top-1 0.933 -> 0.90 and top-10 0.91 -> 0.88 (session 84). False: loads of any width share `load_ports`.
+    pump_loads: bool = False
     launch_cycles: float = 20000.0  # entering a parallel region (TVM thread-pool wake-up, ~8 us), pre-score only
     # Cycles per lane of a scalarized libm call at the spec's clock: glibc on Zen 4 over 393k vectorized
     # elements, one thread (exp 2.9 ns, erf 4.4, tanh 4.8, sigmoid 2.4, log 2.1; x 2.6 GHz); other calls: 10.
@@ -881,7 +887,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
-        "load": (loads + acc_stores) / cfg.load_ports + gathers * cfg.gather_cost,
+        "load": (loads + acc_stores) * (pumped if cfg.pump_loads else 1) / cfg.load_ports + gathers * cfg.gather_cost,
         "store": stores * store_slots / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / width,

@@ -472,6 +472,21 @@ def test_double_pumped_stores_of_full_width_vectors():
     assert half_zen4["store"] == pytest.approx(half_skx["store"]) == pytest.approx(wide_zen4["store"])
 
 
+def test_pumped_loads_take_two_port_slots_per_full_width_vector():
+    """With `pump_loads` (Zen 4: one 512-bit load per cycle) a 16-lane copy's loads take twice the load-port time,
+    an 8-lane copy's the same as without it."""
+    zen4 = dt.spec_for({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    cfg = KernelConfig.for_spec(zen4)
+    pumped = dataclasses.replace(cfg, pump_loads=True)
+    copy16, copy8 = _unary(lambda x: x, vector=16), _unary(lambda x: x, vector=8)
+    _, wide = _details(copy16, "B", cfg=cfg, spec=zen4)
+    _, wide_pumped = _details(copy16, "B", cfg=pumped, spec=zen4)
+    _, half = _details(copy8, "B", cfg=cfg, spec=zen4)
+    _, half_pumped = _details(copy8, "B", cfg=pumped, spec=zen4)
+    assert wide_pumped["load"] == pytest.approx(2 * wide["load"]) and wide["load"] > 0
+    assert half_pumped["load"] == pytest.approx(half["load"])
+
+
 @pytest.mark.parametrize("k_inner", [32, 64])
 def test_accumulators_are_stored_and_reloaded_at_every_run_of_the_reduction_loop(k_inner):
     """Each run of the inner k loop works on another 4 x 16 tile (the row-block loop around it moves the output),
