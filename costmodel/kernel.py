@@ -755,6 +755,10 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 and (lp.kind != "vectorized" or lp is lanes_unrolled)}
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
+    # the body unrolls a reduction loop inside a loop over output tiles: groups of chains, one tile after another
+    grouped = is_update and any(
+        lp.var in out_vars and lp.extent > 1 and lp.kind != "vectorized"
+        and any(r.var not in out_vars and r.extent > 1 for r in body[:k]) for k, lp in enumerate(body))
     fp_ops = stmts * vops * fp
     op_lanes = e_v  # lanes of one FP operation as issued (joined half vectors issue as full ones)
     guarded = next((a for a in reads if a.conditional), None)
@@ -856,6 +860,13 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 # every body loads and stores its outputs (a reduction unrolled inside it, or too many accumulators):
                 # when the walk to the next body on the same tile evicts it, each of those loads waits on L2
                 reload = moved * cfg.evicted_reload_cycles
+            elif inner_iter is not None and (inner_iter.var in out_vars or grouped) and stmts * vops > n_out:
+                # the body runs a reduction's chains from loaded accumulators and stores them, and then the loop around
+                # (or the body itself) moves on to another tile: the same wait between two tiles' chains as for
+                # accumulators kept in registers (Zen 4, BERT-base's 128 x 768 x 3072 dense layer: a body of 4 row
+                # groups x 32 reduction steps of a 4 x 32 tile ran 3.44 ms, the tile kept over the whole reduction
+                # 3.17; benchmarks/accumulator_reload.py: a reload costs about a cycle per accumulator there)
+                reload = moved * cfg.accumulator_reload_cycles
             widened += 2 * out_widened
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
