@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..sketch.factors import prime_factors
-from ..sketch.sketch import Decision, Hole, Sketch
+from ..sketch.sketch import Decision, Hole, Sketch, settle_panels
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ def mutate(
         new_value = mutate_tile(hole, value, rng) if hole.is_tile else mutate_choice(hole, value, rng)
         if new_value is None:
             continue
-        out = {**decisions, hole.key: new_value}
+        out = settle_panels(sketch.limits, {**decisions, hole.key: new_value})
+        if out == decisions:  # a panel width that the tile sets back
+            continue
         if all(lim.holds(out) for lim in sketch.limits):
             return out
     return None

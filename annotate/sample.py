@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..sketch.factors import prime_factors
-from ..sketch.sketch import Decision, Hole, ProductLimit, Sketch
+from ..sketch.sketch import Decision, Hole, PanelLimit, ProductLimit, Sketch
 
 MAX_TRIES = 200
 
@@ -43,6 +45,8 @@ def _move_prime(value: tuple[int, ...], src: int, dst: int, rng: np.random.Gener
 
 def _repair_step(sketch: Sketch, decisions: dict[str, Decision], limit, rng: np.random.Generator) -> bool:
     """Move one prime factor so that `limit` gets closer to holding; False if no move is possible."""
+    if isinstance(limit, PanelLimit):
+        return _repair_panel(sketch, decisions, limit)
     if isinstance(limit, ProductLimit):
         too_low = limit.value(decisions) < limit.low
         if too_low:  # pull a factor from the outermost part into a limited part
@@ -56,6 +60,27 @@ def _repair_step(sketch: Sketch, decisions: dict[str, Decision], limit, rng: np.
     key, src, dst = moves[int(rng.integers(len(moves)))]
     decisions[key] = _move_prime(decisions[key], src, dst, rng)
     return True
+
+
+def _repair_panel(sketch: Sketch, decisions: dict[str, Decision], limit: PanelLimit) -> bool:
+    """The panel width that the tile's innermost part already has, else the tile's innermost part set to the panel
+    width nearest it that divides the extent (the rest moved to the outermost part); False if none divides it."""
+    if limit.settle(decisions):
+        return True
+    tile = list(decisions[limit.tile_key])
+    extent = math.prod(tile)
+    widths = [w for w in limit.widths if extent % w == 0]
+    if not widths:
+        return False
+    width = min(widths, key=lambda w: (abs(math.log(w / max(tile[-1], 1))), w))
+    tile[-1] = width
+    for i in range(len(tile) - 2, 0, -1):  # middle parts that no longer fit are dropped, innermost first
+        if extent % (width * math.prod(tile[1:-1])) == 0:
+            break
+        tile[i] = 1
+    tile[0] = extent // (width * math.prod(tile[1:-1]))
+    decisions[limit.tile_key] = tuple(tile)
+    return limit.settle(decisions)
 
 
 def repair(sketch: Sketch, decisions: dict[str, Decision], rng: np.random.Generator) -> dict[str, Decision] | None:

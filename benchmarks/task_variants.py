@@ -100,6 +100,8 @@ def main() -> int:
     ap.add_argument("--tag", default=None)
     ap.add_argument("--coefficients", action="append", default=[], metavar="FILE",
                     help="also predict with this coefficients file (its kernel settings too); repeatable")
+    ap.add_argument("--cold", action="store_true",
+                    help="flush every argument but the first before each run, as a network's weights come in")
     args = ap.parse_args()
     if args.op is not None and (args.task or args.work_dir):
         raise SystemExit("--op names a suite operator: leave out --work-dir and --task")
@@ -126,7 +128,7 @@ def main() -> int:
             continue
         cands[label] = cand
     mods = {k: c.to_mod() for k, c in cands.items()}
-    times = interleaved(mods, target, rounds=args.rounds)
+    times = interleaved(mods, target, rounds=args.rounds, cold=args.cold)
     rows = []
     for label, cand in cands.items():
         mod = mods[label]
@@ -145,7 +147,8 @@ def main() -> int:
               "command": "python benchmarks/task_variants.py " + " ".join(sys.argv[1:])}
     lines = [f"# {title}", "",
              f"{report['date']}, {report['cpu'] or 'host CPU'}. `{report['command']}`", "",
-             f"Median of {args.rounds} interleaved rounds; every variant checked against the unscheduled program. "
+             f"Median of {args.rounds} interleaved rounds{', weights flushed before each run' if args.cold else ''}; "
+             "every variant checked against the unscheduled program. "
              "Features per core (kernel and list-scheduler cycles, executed instructions, cache lines).", "",
              "| variant | sketch | predicted us | " + "".join(f"predicted us ({n}) | " for n in others)
              + "measured us | " + " | ".join(SHOWN) + " |",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sketch.sketch import Decision, Sketch
+from ..sketch.sketch import Decision, Sketch, settle_panels
 
 
 def block_of(key: str) -> str:
@@ -41,6 +41,7 @@ def crossover(
         for keys, take in zip(differing, from_b, strict=True):
             if take:
                 child.update({k: b[k] for k in keys})
+        child = settle_panels(sketch.limits, child)
         if all(lim.holds(child) for lim in sketch.limits):
             return child
     return None

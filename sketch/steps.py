@@ -8,8 +8,8 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..prepack import PREPROC_ATTR, is_constant_weight
-from .analysis import affine_terms, iter_var_loops, loop_iter_kinds
-from .sketch import TILE, Decider, FootprintLimit, Hole, ProductLimit, Step
+from .analysis import _vars_in, affine_terms, iter_var_loops, loop_iter_kinds
+from .sketch import TILE, Decider, FootprintLimit, Hole, PanelLimit, ProductLimit, Step
 
 UNROLL_KEY = "pragma_auto_unroll_max_step"
 
@@ -254,7 +254,12 @@ class PackOperand(Step):
     rows: bool = False  # panels of a few rows of an input the tile broadcasts (A of a GEMM), not of vectors
 
     def apply(self, sch: s_tir.Schedule, decider: Decider) -> None:
-        width = choose(sch, decider, f"{self.block}/pack{self.read_index}", "pack", self.options)
+        key = f"{self.block}/pack{self.read_index}"
+        if not self.rows:
+            tile_key = self._tile_key(sch)
+            if tile_key is not None:
+                decider.constrain(PanelLimit(f"{key} panel", key, self.options, tile_key))
+        width = choose(sch, decider, key, "pack", self.options)
         ndim = len(sch.get(sch.get_sblock(self.block)).reads[self.read_index].source.shape)
         cache = sch.cache_read(sch.get_sblock(self.block), self.read_index, "global")
         nb = self.batch_dims
@@ -272,6 +277,17 @@ class PackOperand(Step):
             # a network weight: packed once when the network is built. 1, not True: a record's trace comes back from
             # JSON with 1, and a mark that differs from the sketch's replay made every such record unrecognised
             sch.annotate(cache, PREPROC_ATTR, 1)
+
+
+    def _tile_key(self, sch: s_tir.Schedule) -> str | None:
+        """The key that `MultiLevelTile` gives the tile hole of the packed axis (the block's loop over it, untiled)."""
+        region = sch.get(sch.get_sblock(self.block)).reads[self.read_index].region
+        s_at = self.batch_dims if self.spatial_first else len(region) - 1
+        ivs = _vars_in(region[s_at].min)
+        bound = set().union(*(used for iv, used in iter_var_loops(sch, self.block).items() if iv in ivs))
+        loops = [sch.get(lp).loop_var.name for lp in sch.get_loops(sch.get_sblock(self.block))]
+        found = [i for i, name in enumerate(loops) if name in bound]
+        return f"{self.block}/S{found[0]}" if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
