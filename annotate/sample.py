@@ -46,7 +46,7 @@ def _move_prime(value: tuple[int, ...], src: int, dst: int, rng: np.random.Gener
 def _repair_step(sketch: Sketch, decisions: dict[str, Decision], limit, rng: np.random.Generator) -> bool:
     """Move one prime factor so that `limit` gets closer to holding; False if no move is possible."""
     if isinstance(limit, PanelLimit):
-        return _repair_panel(sketch, decisions, limit)
+        return _repair_panel(decisions, limit)
     if isinstance(limit, ProductLimit):
         too_low = limit.value(decisions) < limit.low
         if too_low:  # pull a factor from the outermost part into a limited part
@@ -62,7 +62,7 @@ def _repair_step(sketch: Sketch, decisions: dict[str, Decision], limit, rng: np.
     return True
 
 
-def _repair_panel(sketch: Sketch, decisions: dict[str, Decision], limit: PanelLimit) -> bool:
+def _repair_panel(decisions: dict[str, Decision], limit: PanelLimit) -> bool:
     """The panel width that the tile's innermost part already has, else the tile's innermost part set to the panel
     width nearest it that divides the extent (the rest moved to the outermost part); False if none divides it."""
     if limit.settle(decisions):

@@ -656,6 +656,13 @@ def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spe
     return crowd is not None and crowd[0] > spec.l1_ways and counter.count(layout, acc, ext) <= sets * spec.l1_ways
 
 
+def _tiles_in_body(body: list[LoopNode], out_vars: set[str]) -> bool:
+    """Whether the body (loops innermost first) unrolls a reduction loop inside a loop over output tiles: groups of
+    chains, one tile after another."""
+    return any(lp.var in out_vars and lp.extent > 1 and lp.kind != "vectorized"
+               and any(r.var not in out_vars and r.extent > 1 for r in body[:k]) for k, lp in enumerate(body))
+
+
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
                      details: dict | None = None, registers: frozenset[str] = frozenset()) -> tuple[float, str]:
     """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
@@ -755,10 +762,6 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 and (lp.kind != "vectorized" or lp is lanes_unrolled)}
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
-    # the body unrolls a reduction loop inside a loop over output tiles: groups of chains, one tile after another
-    grouped = is_update and any(
-        lp.var in out_vars and lp.extent > 1 and lp.kind != "vectorized"
-        and any(r.var not in out_vars and r.extent > 1 for r in body[:k]) for k, lp in enumerate(body))
     fp_ops = stmts * vops * fp
     op_lanes = e_v  # lanes of one FP operation as issued (joined half vectors issue as full ones)
     guarded = next((a for a in reads if a.conditional), None)
@@ -860,7 +863,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 # every body loads and stores its outputs (a reduction unrolled inside it, or too many accumulators):
                 # when the walk to the next body on the same tile evicts it, each of those loads waits on L2
                 reload = moved * cfg.evicted_reload_cycles
-            elif inner_iter is not None and (inner_iter.var in out_vars or grouped) and stmts * vops > n_out:
+            elif inner_iter is not None and stmts * vops > n_out \
+                    and (inner_iter.var in out_vars or _tiles_in_body(body, out_vars)):
                 # the body runs a reduction's chains from loaded accumulators and stores them, and then the loop around
                 # (or the body itself) moves on to another tile: the same wait between two tiles' chains as for
                 # accumulators kept in registers (Zen 4, BERT-base's 128 x 768 x 3072 dense layer: a body of 4 row

@@ -24,6 +24,11 @@ def tile_loop(sch: s_tir.Schedule, loop: s_tir.LoopRV, decider: Decider, key: st
     return list(sch.split(loop, factors=rvs, preserve_unit_iters=True))
 
 
+def tile_hole_key(block: str, kind: str, index: int) -> str:
+    """The key of `MultiLevelTile`'s tile hole for loop `index` of `block` (kind "R": a reduction loop)."""
+    return f"{block}/{'R' if kind == 'R' else 'S'}{index}"
+
+
 def choose(sch: s_tir.Schedule, decider: Decider, key: str, kind: str, options: tuple[int, ...]) -> int:
     """Pick one of `options` through a choice hole; recorded in the trace as a categorical sample."""
     index = decider.decide(Hole(key=key, kind=kind, options=tuple(options)))
@@ -97,9 +102,10 @@ class MultiLevelTile(Step):
         s_keys: list[str] = []
         for idx, (loop, kind) in enumerate(zip(loops, kinds, strict=True)):
             if kind == "R":
-                r_tiles.append(tile_loop(sch, loop, decider, f"{self.block}/R{idx}", n_r, self.max_innermost))
+                r_tiles.append(tile_loop(sch, loop, decider, tile_hole_key(self.block, kind, idx), n_r,
+                                         self.max_innermost))
             else:
-                key = f"{self.block}/S{idx}"
+                key = tile_hole_key(self.block, kind, idx)
                 s_tiles.append(tile_loop(sch, loop, decider, key, n_s, self.max_innermost))
                 s_keys.append(key)
         order: list[s_tir.LoopRV] = []
@@ -132,7 +138,7 @@ class MultiLevelTile(Step):
         bindings = iter_var_loops(sch, self.block)
         for idx, (lp, kind) in enumerate(zip(loops, kinds, strict=True)):
             var = sch.get(lp).loop_var.name
-            key = f"{self.block}/{'R' if kind == 'R' else 'S'}{idx}"
+            key = tile_hole_key(self.block, kind, idx)
             parts = tuple(range(1, n_r if kind == "R" else n_s))
             for iv, used in bindings.items():
                 if used == {var}:
@@ -278,7 +284,6 @@ class PackOperand(Step):
             # JSON with 1, and a mark that differs from the sketch's replay made every such record unrecognised
             sch.annotate(cache, PREPROC_ATTR, 1)
 
-
     def _tile_key(self, sch: s_tir.Schedule) -> str | None:
         """The key that `MultiLevelTile` gives the tile hole of the packed axis (the block's loop over it, untiled)."""
         region = sch.get(sch.get_sblock(self.block)).reads[self.read_index].region
@@ -287,7 +292,7 @@ class PackOperand(Step):
         bound = set().union(*(used for iv, used in iter_var_loops(sch, self.block).items() if iv in ivs))
         loops = [sch.get(lp).loop_var.name for lp in sch.get_loops(sch.get_sblock(self.block))]
         found = [i for i, name in enumerate(loops) if name in bound]
-        return f"{self.block}/S{found[0]}" if len(found) == 1 else None
+        return tile_hole_key(self.block, "S", found[0]) if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
