@@ -24,7 +24,8 @@ _INDEX_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)
 _get_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
 
 
-def _vars_in(expr: object) -> set[str]:
+def vars_in(expr: object) -> set[str]:
+    """Names of the variables an index expression reads."""
     names: set[str] = set()
     _collect_vars(expr, names)
     return names
@@ -160,8 +161,8 @@ def analyze_block(sch: s_tir.Schedule, name: str, outputs: set[str] | None = Non
             used: set[str] = set()
             index: list[str | None] = []
             for rng in r.region:
-                used |= _vars_in(rng.min)
-                used |= _vars_in(rng.extent)
+                used |= vars_in(rng.min)
+                used |= vars_in(rng.extent)
                 point = isinstance(rng.min, tirx.Var) and isinstance(rng.extent, tirx.IntImm)
                 index.append(rng.min.name if point and int(rng.extent) == 1 else None)
             out.append(Access(r.source.name, frozenset(used), tuple(index)))
@@ -207,7 +208,7 @@ def _calls_any(body: object, *names: str) -> bool:
 def _bindings(sch: s_tir.Schedule, name: str) -> list[tuple[str, int, set[str]]]:
     """(iterator, iterator type, loop variables in its binding) for each iterator of block `name`."""
     realize = _get_sblock_realize(raw_schedule(sch), sch.get_sblock(name))
-    return [(iv.var.name, int(iv.iter_type), _vars_in(val))
+    return [(iv.var.name, int(iv.iter_type), vars_in(val))
             for iv, val in zip(realize.block.iter_vars, realize.iter_values, strict=True)]
 
 
@@ -219,7 +220,7 @@ def iter_var_loops(sch: s_tir.Schedule, name: str) -> dict[str, set[str]]:
 def _step_in(expr: object, var: str) -> int | None:
     """How much `expr` grows when loop variable `var` grows by one, if it is linear in `var` (the rest of the
     expression may be anything that does not use it); None otherwise."""
-    if var not in _vars_in(expr):
+    if var not in vars_in(expr):
         return 0
     if isinstance(expr, tirx.Var):
         return 1

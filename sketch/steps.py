@@ -8,7 +8,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..prepack import PREPROC_ATTR, is_constant_weight
-from .analysis import _vars_in, affine_terms, iter_var_loops, loop_iter_kinds
+from .analysis import affine_terms, iter_var_loops, loop_iter_kinds, vars_in
 from .sketch import TILE, Decider, FootprintLimit, Hole, PanelLimit, ProductLimit, Step
 
 UNROLL_KEY = "pragma_auto_unroll_max_step"
@@ -288,7 +288,7 @@ class PackOperand(Step):
         """The key that `MultiLevelTile` gives the tile hole of the packed axis (the block's loop over it, untiled)."""
         region = sch.get(sch.get_sblock(self.block)).reads[self.read_index].region
         s_at = self.batch_dims if self.spatial_first else len(region) - 1
-        ivs = _vars_in(region[s_at].min)
+        ivs = vars_in(region[s_at].min)
         bound = set().union(*(used for iv, used in iter_var_loops(sch, self.block).items() if iv in ivs))
         loops = [sch.get(lp).loop_var.name for lp in sch.get_loops(sch.get_sblock(self.block))]
         found = [i for i, name in enumerate(loops) if name in bound]
