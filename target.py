@@ -115,9 +115,29 @@ def host_core(cpu: str, flags: frozenset[str]) -> str:
     return next((core for name, flag, core in _MISREPORTED_CORES if name == cpu and flag in flags), "")
 
 
+# Per-core data caches of CPUs named by LLVM, for targets that are not this host (whose sizes come from sysfs):
+# (L1 bytes, L1 ways, L2 bytes, L2 ways) from the vendors' optimization guides. A CPU not listed keeps the base
+# spec's sizes.
+_CPU_CACHES: dict[str, tuple[int, int, int, int]] = {
+    "znver3": (32 * 1024, 8, 512 * 1024, 8),
+    "znver4": (32 * 1024, 8, 1024 * 1024, 8),
+    "znver5": (48 * 1024, 12, 1024 * 1024, 16),
+    "skylake-avx512": (32 * 1024, 8, 1024 * 1024, 16),
+    "cascadelake": (32 * 1024, 8, 1024 * 1024, 16),
+    "icelake-server": (48 * 1024, 12, 1280 * 1024, 20),
+    "sapphirerapids": (48 * 1024, 12, 2048 * 1024, 16),
+    "emeraldrapids": (48 * 1024, 12, 2048 * 1024, 16),
+    "graniterapids": (48 * 1024, 12, 2048 * 1024, 16),
+}
+
+
 def _cpu_traits(cpu: str) -> dict[str, Any]:
     """The `HardwareSpec` fields that follow from the LLVM CPU name alone."""
-    return {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS}
+    traits: dict[str, Any] = {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS}
+    if cpu in _CPU_CACHES:
+        l1, l1_ways, l2, l2_ways = _CPU_CACHES[cpu]
+        traits.update(l1_bytes=l1, l1_ways=l1_ways, l2_bytes=l2, l2_ways=l2_ways)
+    return traits
 
 
 def _cpu_cores() -> int:
@@ -163,11 +183,14 @@ def _host_spec() -> tuple[dict[str, Any], HardwareSpec]:
         name=f"host-{cpu}",
         core=host_core(cpu, _cpu_flags()),
         **_cpu_traits(cpu),
-        l1_bytes=_cache_value(1, base.l1_bytes),
-        l2_bytes=_cache_value(2, base.l2_bytes),
-        l3_bytes=_cache_value(3, base.l3_bytes),
-        l1_ways=_cache_value(1, base.l1_ways, "ways_of_associativity"),
-        l2_ways=_cache_value(2, base.l2_ways, "ways_of_associativity"),
+    )
+    spec = dataclasses.replace(
+        spec,
+        l1_bytes=_cache_value(1, spec.l1_bytes),
+        l2_bytes=_cache_value(2, spec.l2_bytes),
+        l3_bytes=_cache_value(3, spec.l3_bytes),
+        l1_ways=_cache_value(1, spec.l1_ways, "ways_of_associativity"),
+        l2_ways=_cache_value(2, spec.l2_ways, "ways_of_associativity"),
     )
     return tdict, spec
 
@@ -235,11 +258,12 @@ def _spec_from_target(target: Target) -> HardwareSpec:
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
     cpu = str(attrs.get("mcpu", ""))
-    # the host's own target, given as a dict (a Task's target, a records file's): its cores are the host's, also
-    # where LLVM's name for them is a hypervisor's model number
+    # the host's own target, given as a dict or `Target` (a Task's, a records file's): the host's spec, with the caches
+    # read from sysfs and the cores it has also where LLVM's name for them is a hypervisor's model number
     host_tdict, host = _host_spec()
-    core = host.core if not triple and cpu == host_tdict["mcpu"] else ""
-    return dataclasses.replace(base, cores=cores, core=core, **_cpu_traits(cpu))
+    if not triple and cpu == host_tdict["mcpu"] and host.arch == "x86" and host.vector_bits == base.vector_bits:
+        return dataclasses.replace(host, cores=cores)
+    return dataclasses.replace(base, cores=cores, **_cpu_traits(cpu))
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:

@@ -362,6 +362,28 @@ def test_the_hosts_own_target_given_as_a_dict_keeps_the_calibration_of_its_real_
     assert os.path.basename(default_coefficients_path(other.spec, "znver4")) == "x86-znver4-calibrated.json"
 
 
+def test_the_hosts_own_target_given_as_a_dict_keeps_the_caches_read_from_the_host(monkeypatch) -> None:
+    """A task's `Target` resolved again must keep the host's measured caches (until session 86 a Zen 4 host's tasks
+    were scored with the AVX-512 base spec's 48 KiB, 12-way L1 instead of its 32 KiB, 8-way one); a CPU named in a
+    cross target gets its own sizes from the table, and an unlisted one the base spec's."""
+    import drytune.target as target_mod
+
+    host_tdict = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    base = dt.resolve_target("x86-avx512")[1]
+    host_spec = dataclasses.replace(base, name="host-znver4", l1_bytes=24 * 1024, l1_ways=6, l2_bytes=3 << 20,
+                                    l2_ways=12, datapath_bits=256)
+    monkeypatch.setattr(target_mod, "_host_spec", lambda: (host_tdict, host_spec))
+    task = workloads.get("gemm").task(host_tdict)
+    spec = StaticCostModel(task.target).spec
+    assert (spec.l1_bytes, spec.l1_ways, spec.l2_bytes, spec.l2_ways) == (24 * 1024, 6, 3 << 20, 12)
+    assert spec.datapath_bits == 256 and spec.cores == 2
+    cross = dt.spec_for({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 4})
+    assert (cross.l1_bytes, cross.l1_ways, cross.l2_bytes, cross.l2_ways) == (48 * 1024, 12, 2 << 20, 16)
+    assert cross.cores == 4
+    unlisted = dt.spec_for({"kind": "llvm", "mcpu": "x86-64-v4", "num-cores": 2})
+    assert (unlisted.l1_bytes, unlisted.l2_bytes) == (base.l1_bytes, base.l2_bytes)
+
+
 def test_one_assembly_serves_models_with_different_kernel_settings() -> None:
     """`features_of_module(mod, asm)` reads the given assembly (no second build) and still computes the kernel
     model with each model's own settings: the same features as building again."""
