@@ -261,9 +261,10 @@ def _spec_from_target(target: Target) -> HardwareSpec:
     # the host's own target, given as a dict or `Target` (a Task's, a records file's): the host's spec, with the caches
     # read from sysfs and the cores it has also where LLVM's name for them is a hypervisor's model number
     host_tdict, host = _host_spec()
-    if not triple and cpu == host_tdict["mcpu"] and host.arch == "x86" and host.vector_bits == base.vector_bits:
+    is_host_cpu = not triple and cpu == host_tdict["mcpu"]
+    if is_host_cpu and host.arch == "x86" and host.vector_bits == base.vector_bits:
         return dataclasses.replace(host, cores=cores)
-    return dataclasses.replace(base, cores=cores, **_cpu_traits(cpu))
+    return dataclasses.replace(base, cores=cores, core=host.core if is_host_cpu else "", **_cpu_traits(cpu))
 
 
 def resolve_target(target: str | dict | Target, spec: HardwareSpec | None = None) -> tuple[Target, HardwareSpec]:

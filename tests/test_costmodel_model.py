@@ -384,6 +384,19 @@ def test_the_hosts_own_target_given_as_a_dict_keeps_the_caches_read_from_the_hos
     assert (unlisted.l1_bytes, unlisted.l2_bytes) == (base.l1_bytes, base.l2_bytes)
 
 
+def test_the_hosts_cpu_with_other_vector_features_keeps_the_hosts_real_core(monkeypatch) -> None:
+    """A target naming the host's CPU whose vector features differ from the host spec's gets the base spec, but still
+    the host's real core (a hypervisor's model number must not pick another calibration file)."""
+    import drytune.target as target_mod
+
+    host_tdict = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    host_spec = dataclasses.replace(dt.resolve_target("x86-avx2")[1], name="host-znver4", core="graniterapids")
+    monkeypatch.setattr(target_mod, "_host_spec", lambda: (host_tdict, host_spec))
+    spec = dt.spec_for(host_tdict)
+    assert spec.vector_bits == 512 and spec.core == "graniterapids"
+    assert dt.spec_for({"kind": "llvm", "mcpu": "znver5", "num-cores": 2}).core == ""
+
+
 def test_one_assembly_serves_models_with_different_kernel_settings() -> None:
     """`features_of_module(mod, asm)` reads the given assembly (no second build) and still computes the kernel
     model with each model's own settings: the same features as building again."""
