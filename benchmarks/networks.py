@@ -56,6 +56,17 @@ RECORDS_FILE, WORKLOADS_FILE = "database_tuning_record.json", "database_workload
 FAILED_RUN_SECS = 1e9  # MetaSchedule records failed builds and runs with run_secs 1e10
 
 
+def _fields(items: tuple[str, ...]) -> dict:
+    """FIELD=VALUE items (VALUE a Python literal, or a bare word taken as a string) as keyword arguments."""
+    out = {}
+    for k, v in (item.split("=", 1) for item in items):
+        try:
+            out[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            out[k] = v
+    return out
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """Every knob of the benchmark, with its default."""
@@ -80,6 +91,7 @@ class BenchConfig:
     coefficients: str | None = None  # drytune's cost model with this coefficients file (None: the shipped one)
     space: tuple[str, ...] = ()  # SpaceConfig fields set for drytune's tuning, as FIELD=VALUE (a Python literal)
     verify: tuple[str, ...] = ()  # VerifyConfig fields set for the verify phase, as FIELD=VALUE
+    gradient: tuple[str, ...] = ()  # GradientConfig fields set for drytune's task scheduler, as FIELD=VALUE
 
     def tune_config(self):
         """The NetworkTuneConfig that tune_network gets (None: the defaults)."""
@@ -89,10 +101,13 @@ class BenchConfig:
         from drytune.search.config import VerifyConfig
         from drytune.sketch.config import SpaceConfig
 
-        def fields(items: tuple[str, ...]) -> dict:
-            return {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in items)}
+        return NetworkTuneConfig(space=SpaceConfig(**_fields(self.space)), verify=VerifyConfig(**_fields(self.verify)))
 
-        return NetworkTuneConfig(space=SpaceConfig(**fields(self.space)), verify=VerifyConfig(**fields(self.verify)))
+    def gradient_config(self):
+        """The GradientConfig that tune_network gets (None: the defaults)."""
+        from drytune.scheduler.config import GradientConfig
+
+        return GradientConfig(**_fields(self.gradient)) if self.gradient else None
 
     def cost_model(self) -> functools.partial | None:
         """The cost-model spec that tune_network gets (None: the static model with the shipped file)."""
@@ -198,7 +213,8 @@ def tune_drytune(model: str, work: str, cfg: BenchConfig) -> dict:
     torch_model, inputs = zoo.get_model(model)
     tuned = tune_network(torch_model, inputs, target=target_dict(cfg.threads), budget=cfg.budget_s,
                          work_dir=tune_dir, seed=cfg.seed, progress=True, fast_math=cfg.fast_math,
-                         layout=cfg.layout, cost_model=cfg.cost_model(), config=cfg.tune_config())
+                         layout=cfg.layout, cost_model=cfg.cost_model(), config=cfg.tune_config(),
+                         gradient=cfg.gradient_config())
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned.export(os.path.join(mdir, LIBRARIES["drytune"]))
@@ -665,6 +681,8 @@ def main() -> int:
                     help="a SpaceConfig field of drytune's search spaces, e.g. cpu_pack_conv_weights=False")
     ap.add_argument("--verify", action="append", default=[], metavar="FIELD=VALUE",
                     help="a VerifyConfig field of the verify phase, e.g. cold_weight_share=0.0")
+    ap.add_argument("--gradient", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a GradientConfig field of drytune's task scheduler, e.g. time_unit=rounds")
     ap.add_argument("--force", action="store_true", help="redo phases that finished before")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)  # the user's command, for the report
     args = ap.parse_args()
@@ -675,7 +693,7 @@ def main() -> int:
                       threads=args.threads, seed=args.seed, ms_trials_per_iter=args.ms_trials_per_iter,
                       rounds=args.rounds, fast_math=args.fast_math, layout=args.layout,
                       verify_top_k=args.verify_top_k, coefficients=args.coefficients, space=tuple(args.space),
-                      verify=tuple(args.verify))
+                      verify=tuple(args.verify), gradient=tuple(args.gradient))
     work = os.path.abspath(args.work_dir)
     out = args.out or os.path.join(HERE, "results", "networks_tiny" if args.tiny else "networks")
 

@@ -19,6 +19,15 @@ class GradientConfig:
     similar_flops_ratio: float = 4.0  # tasks of one operator kind within this FLOP ratio are similar
     early_stopping: int | None = None  # rounds without improvement after which a task stops (None: never)
     max_invalid_rounds: int = 3  # rounds with no valid candidate at all after which a task stops
+    # What t_i counts. "trials": candidates scored, in units of a full round, so that a warm-up round of 8 counts a
+    # quarter of a 32-candidate round (Ansor's rounds are all one size; ours are not). "rounds": every round counts
+    # one, so a task's first full round after an 8-candidate warm-up looks like its second: on ResNet-50 the
+    # single-call convolutions then never got past their warm-up in 140 s while the 5-call one got four rounds
+    time_unit: str = "trials"
+
+    def __post_init__(self) -> None:
+        if self.time_unit not in ("trials", "rounds"):
+            raise ValueError(f"time_unit must be 'trials' or 'rounds', not {self.time_unit!r}")
 
 
 @dataclass(frozen=True)

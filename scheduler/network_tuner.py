@@ -29,7 +29,8 @@ def make_task_scheduler(name: str | TaskScheduler, *, config: NetworkTuneConfig,
     if name not in TASK_SCHEDULERS:
         raise ValueError(f"unknown task scheduler {name!r}; choose one of {', '.join(TASK_SCHEDULERS)}")
     if name == "gradient":
-        return GradientTaskScheduler(gradient, warmup_rounds=config.warmup_rounds, seed=seed)
+        return GradientTaskScheduler(gradient, warmup_rounds=config.warmup_rounds, seed=seed,
+                                     round_size=config.round_size)
     return TASK_SCHEDULERS[name]()
 
 

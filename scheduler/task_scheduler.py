@@ -26,6 +26,7 @@ class TaskState:
     kind: str  # operator kind, for similarity groups
     history: list[float] = field(default_factory=list)  # best predicted seconds after each round
     trials: int = 0  # candidates scored
+    trials_history: list[int] = field(default_factory=list)  # candidates scored by the end of each round
     seconds: float = 0.0  # wall time spent in its rounds
     done: str | None = None  # why it takes no more rounds (exhausted, max budget, early stop, ...)
     rounds_without_gain: int = 0
@@ -42,6 +43,7 @@ class TaskState:
         self.rounds_without_gain = self.rounds_without_gain + 1 if self.history and best >= self.best else 0
         self.history.append(best)
         self.trials += trials
+        self.trials_history.append(self.trials)
         self.seconds += seconds
 
 
@@ -74,16 +76,19 @@ class GradientTaskScheduler(TaskScheduler):
 
     df/dt_i ~ w_i * (alpha * (g_i(t) - g_i(t - window)) / window
                      + (1 - alpha) * (min(g_i - g_i / t_i, beta * C_i / max_{k in N(i)} V_k) - g_i)),
-    with t counted in rounds, g the best predicted latency, C FLOPs, V = C / g the throughput and N(i) the tasks
-    of the same operator kind within a FLOP ratio. The most negative gradient wins; ties and an eps share of
-    the picks go to a random unfinished task.
+    with g the best predicted latency, C FLOPs, V = C / g the throughput and N(i) the tasks of the same operator
+    kind within a FLOP ratio. t (and the window) count candidates scored in units of `round_size` (or rounds, by
+    `config.time_unit`). The most negative gradient wins; ties and an eps share of the picks go to a random
+    unfinished task.
     """
 
     name = "gradient"
 
-    def __init__(self, config: GradientConfig | None = None, *, warmup_rounds: int = 1, seed: int = 0):
+    def __init__(self, config: GradientConfig | None = None, *, warmup_rounds: int = 1, seed: int = 0,
+                 round_size: int = 32):
         self.config = config or GradientConfig()
         self.warmup_rounds = warmup_rounds
+        self.round_size = round_size
         self.rng = np.random.default_rng(seed)
 
     def similar(self, states: Sequence[TaskState], i: int) -> list[int]:
@@ -93,16 +98,25 @@ class GradientTaskScheduler(TaskScheduler):
         return [k for k, s in enumerate(states)
                 if s.kind == me.kind and s.flops > 0 and me.flops > 0 and 1 / r <= s.flops / me.flops <= r]
 
+    def spent(self, s: TaskState, rounds: int | None = None) -> float:
+        """t: the time units task `s` has had, or those of its last `rounds` rounds."""
+        if self.config.time_unit == "rounds" or len(s.trials_history) != s.rounds or not s.trials:
+            return float(s.rounds if rounds is None else rounds)  # no trial counts (e.g. hand-made states)
+        before = 0 if rounds is None or rounds >= s.rounds else s.trials_history[-1 - rounds]
+        return (s.trials - before) / self.round_size
+
     def gradient(self, states: Sequence[TaskState], i: int) -> float:
-        """Estimated change of f per round given to task i (negative: f falls)."""
+        """Estimated change of f per time unit given to task i (negative: f falls)."""
         cfg = self.config
         s = states[i]
-        g, t = s.best, s.rounds
+        g = s.best
         if not math.isfinite(g):
             return -math.inf  # no valid candidate yet: any valid one is an unbounded gain
         w = cfg.window
-        backward = (g - s.history[-1 - w]) / w if t > w and math.isfinite(s.history[-1 - w]) else 0.0
-        guess = g - g / max(t, 1)
+        backward = 0.0
+        if s.rounds > w and math.isfinite(s.history[-1 - w]) and self.spent(s, w) > 0:
+            backward = (g - s.history[-1 - w]) / self.spent(s, w)
+        guess = g - g / max(self.spent(s), 1e-9) if s.rounds else 0.0
         throughputs = [states[k].flops / states[k].best for k in self.similar(states, i)
                        if states[k].best > 0 and math.isfinite(states[k].best)]
         if len(throughputs) > 1:

@@ -208,3 +208,30 @@ def test_warmup_rounds_shrink_so_every_task_gets_one() -> None:
         s.add_round(1e-3, 16, 16.0)
     t.elapsed_before = 55.0
     assert t._round_size(7) == 8  # just under 45 s left for 5 waiting tasks at 1 s per candidate
+
+
+def test_time_is_counted_in_trials_so_a_small_warmup_round_counts_little() -> None:
+    # ResNet-50's shape: a single-call task after an 8-candidate warm-up against a 5-call task that had a full
+    # 32-candidate round after its warm-up. Counted in trials the single-call task has had a quarter of a round and
+    # its first full round comes first; counted in rounds (Ansor's code, whose rounds are all one size) it waits
+    single = TaskState("single", 1.0, 2.3e8, "conv2d")
+    single.add_round(1.1e-3, 8, 1.0)
+    heavy = TaskState("heavy", 5.0, 2.3e8, "conv2d")
+    heavy.add_round(1.0e-3, 8, 1.0)
+    heavy.add_round(0.85e-3, 32, 4.0)
+    states = [single, heavy]
+    assert GradientTaskScheduler(GradientConfig(eps_greedy=0.0), round_size=32).next_task(states) == 0
+    by_rounds = GradientTaskScheduler(GradientConfig(eps_greedy=0.0, time_unit="rounds"), round_size=32)
+    assert by_rounds.next_task(states) == 1
+    with pytest.raises(ValueError, match="time_unit"):
+        GradientConfig(time_unit="seconds")
+
+
+def test_backward_difference_is_per_trial() -> None:
+    # the same fall in latency over three rounds is steeper when those rounds scored fewer candidates
+    sched = GradientTaskScheduler(GradientConfig(eps_greedy=0.0, alpha=1.0), round_size=32)
+    few, many = TaskState("few", 1.0, 1e9, "x"), TaskState("many", 1.0, 1e9, "y")
+    for best in (4e-3, 3e-3, 2.5e-3, 2e-3):
+        few.add_round(best, 8, 1.0)
+        many.add_round(best, 32, 1.0)
+    assert sched.gradient([few, many], 0) == pytest.approx(4 * sched.gradient([few, many], 1))
