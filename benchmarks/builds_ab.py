@@ -35,12 +35,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-seconds", type=float, default=0.3, help="time per network per repeat")
     ap.add_argument("--libraries", default="drytune,drytune_verified",
-                    help="builds of each work directory to time, among " + ", ".join(LIBRARIES))
+                    help="builds of each work directory to time, among " + ", ".join(LIBRARIES)
+                         + "; LABEL:LIBRARY times it for that directory only (e.g. A:ms_long, one copy of a "
+                         "baseline that every work directory shares)")
     ap.add_argument("--reference", default=None, metavar="LABEL/LIBRARY",
                     help="a build every other is also compared with, e.g. A/ms_long")
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    libraries = args.libraries.split(",")
+    wanted = [entry.rpartition(":")[::2] for entry in args.libraries.split(",")]  # (label or "", library)
+    libraries = list(dict.fromkeys(lib for _, lib in wanted))
     if unknown := [lib for lib in libraries if lib not in LIBRARIES]:
         ap.error(f"--libraries: unknown {unknown}; choose among {', '.join(LIBRARIES)}")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -63,7 +66,7 @@ def main() -> int:
 
     calls = {"torch": run_torch}
     for label, work in zip(labels, dirs, strict=True):
-        for lib in libraries:
+        for lib in dict.fromkeys(lib for only, lib in wanted if only in ("", label)):
             path = os.path.join(model_dir(os.path.abspath(work), args.model), LIBRARIES[lib])
             if not os.path.exists(path):
                 raise SystemExit(f"{path} is missing: run networks.py's build phase for that work directory")
@@ -73,7 +76,8 @@ def main() -> int:
         raise SystemExit(f"--reference {args.reference!r} is not timed here; builds: {', '.join(names)}")
     times = interleaved_rounds(calls, args.rounds, args.min_seconds, repeats=3, pause_s=0.2)
     over_a = {label: {lib: statistics.median(b / a for a, b in zip(times[f"A/{lib}"], times[f"{label}/{lib}"],
-                                                                     strict=True)) for lib in libraries}
+                                                                     strict=True))
+                      for lib in libraries if f"A/{lib}" in times and f"{label}/{lib}" in times}
               for label in labels[1:]}
     report = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "work_dirs": dirs, "rounds_s": times,
               "ratio_over_a": over_a,
@@ -91,7 +95,7 @@ def main() -> int:
         label, _, lib = name.partition("/")
         to_torch = statistics.median(x / t for x, t in zip(times[name], times["torch"], strict=True))
         lines.append(f"| {name} | {statistics.median(times[name]) * 1e3:.3f} | {to_torch:.3f} | "
-                     + (f"{over_a[label][lib]:.3f} |" if label in over_a else "|")
+                     + (f"{over_a[label][lib]:.3f} |" if lib in over_a.get(label, {}) else "|")
                      + (f" {report['ratio_over_reference'][name]:.3f} |" if args.reference else ""))
     write_report(f"builds_ab_{args.model}", args.tag, report, lines)
     return 0
