@@ -212,7 +212,7 @@ class NetworkTuner:
             s.seconds += spent
             s.done = "search space exhausted" if n > 0 else "no trials left"
             if not s.history:  # keep what earlier runs found
-                s.history.append(best)
+                s.add_round(best, 0, 0.0)
         else:
             s.add_round(best, done, spent)
         self._check_limits(s, lim)

@@ -25,7 +25,6 @@ class TaskState:
     flops: float
     kind: str  # operator kind, for similarity groups
     history: list[float] = field(default_factory=list)  # best predicted seconds after each round
-    trials: int = 0  # candidates scored
     trials_history: list[int] = field(default_factory=list)  # candidates scored by the end of each round
     seconds: float = 0.0  # wall time spent in its rounds
     done: str | None = None  # why it takes no more rounds (exhausted, max budget, early stop, ...)
@@ -39,11 +38,15 @@ class TaskState:
     def best(self) -> float:
         return self.history[-1] if self.history else math.inf
 
+    @property
+    def trials(self) -> int:
+        """Candidates scored in all its rounds."""
+        return self.trials_history[-1] if self.trials_history else 0
+
     def add_round(self, best: float, trials: int, seconds: float) -> None:
         self.rounds_without_gain = self.rounds_without_gain + 1 if self.history and best >= self.best else 0
+        self.trials_history.append(self.trials + trials)
         self.history.append(best)
-        self.trials += trials
-        self.trials_history.append(self.trials)
         self.seconds += seconds
 
 
@@ -100,8 +103,8 @@ class GradientTaskScheduler(TaskScheduler):
 
     def spent(self, s: TaskState, rounds: int | None = None) -> float:
         """t: the time units task `s` has had, or those of its last `rounds` rounds."""
-        if self.config.time_unit == "rounds" or len(s.trials_history) != s.rounds or not s.trials:
-            return float(s.rounds if rounds is None else rounds)  # no trial counts (e.g. hand-made states)
+        if self.config.time_unit == "rounds" or not s.trials:
+            return float(s.rounds if rounds is None else rounds)  # no trial counts (rounds read back with none)
         before = 0 if rounds is None or rounds >= s.rounds else s.trials_history[-1 - rounds]
         return (s.trials - before) / self.round_size
 
@@ -116,7 +119,7 @@ class GradientTaskScheduler(TaskScheduler):
         backward = 0.0
         if s.rounds > w and math.isfinite(s.history[-1 - w]) and self.spent(s, w) > 0:
             backward = (g - s.history[-1 - w]) / self.spent(s, w)
-        guess = g - g / max(self.spent(s), 1e-9) if s.rounds else 0.0
+        guess = g - g / self.spent(s)  # a finite g means a round, so spent > 0
         throughputs = [states[k].flops / states[k].best for k in self.similar(states, i)
                        if states[k].best > 0 and math.isfinite(states[k].best)]
         if len(throughputs) > 1:
