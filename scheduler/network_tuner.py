@@ -76,8 +76,18 @@ class NetworkTuner:
         index = {s.name: i for i, s in enumerate(self.states)}
         for r in rounds:
             i = index.get(r.task)
-            if i is not None:
-                self.states[i].add_round(r.best, r.trials, r.seconds)
+            if i is None:
+                continue
+            s = self.states[i]
+            if r.trials > 0:
+                s.add_round(r.best, r.trials, r.seconds)
+                continue
+            # mirrors step(): a round that scored nothing adds time, and a history entry only to an empty one
+            s.seconds += r.seconds
+            if not s.history:
+                s.add_round(r.best, 0, 0.0)
+            if r.exhausted:
+                s.done = "search space exhausted"
         if rounds:
             self.elapsed_before = rounds[-1].elapsed
         for s, lim in zip(self.states, self.limits, strict=True):
@@ -217,7 +227,8 @@ class NetworkTuner:
             s.add_round(best, done, spent)
         self._check_limits(s, lim)
         if self.work_dir is not None:
-            append_round(self.work_dir, RoundLog(self.elapsed, s.name, done, spent, best, objective(self.states)))
+            append_round(self.work_dir, RoundLog(self.elapsed, s.name, done, spent, best, objective(self.states),
+                                                 exhausted=done == 0 and n > 0))
         if self.on_round is not None:
             self.on_round(self, i)
         return i

@@ -42,6 +42,7 @@ class RoundLog:
     seconds: float
     best: float  # the task's best predicted seconds after the round
     objective: float  # sum of weight x best over all tasks
+    exhausted: bool = False  # the task's search space ran out in this round (absent in older logs)
 
 
 def write_network(work_dir: str, *, model: str, fingerprint: str, target: str, tasks: Sequence[TaskInfo],

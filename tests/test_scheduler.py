@@ -235,3 +235,37 @@ def test_backward_difference_is_per_trial() -> None:
         few.add_round(best, 8, 1.0)
         many.add_round(best, 32, 1.0)
     assert sched.gradient([few, many], 0) == pytest.approx(4 * sched.gradient([few, many], 1))
+
+
+def test_resumed_run_restores_each_task_as_the_killed_run_left_it(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from drytune.scheduler.budget import TaskBudget
+    from drytune.scheduler.network_tuner import NetworkTuner
+    from drytune.scheduler.workdir import read_rounds
+
+    tasks = [SimpleNamespace(name=f"t{i}", weight=1, flops=1e9, kind="conv2d") for i in range(2)]
+
+    def tuner() -> NetworkTuner:
+        return NetworkTuner(tasks, [TaskBudget()] * 2, scorer=None, budget=Budget(trials=1000), store=None,
+                            work_dir=str(tmp_path), task_scheduler="round-robin")
+
+    class Space:  # stands in for a TaskTuner: task 0 runs out after one round, task 1 never does
+        def __init__(self, sizes: list[int]) -> None:
+            self.sizes, self.archive, self.best = sizes, SimpleNamespace(best_seconds=1e-3), []
+
+        def round(self, n: int, seeds) -> int:
+            return min(n, self.sizes.pop(0)) if self.sizes else 0
+
+    first = tuner()
+    first.tuners = {0: Space([8]), 1: Space([8, 32, 32])}
+    for _ in range(5):
+        first.step()
+    assert first.states[0].done == "search space exhausted" and first.states[1].done is None
+
+    again = tuner()
+    again.restore(read_rounds(str(tmp_path)))
+    for old, new in zip(first.states, again.states, strict=True):
+        assert (new.done, new.history, new.trials_history) == (old.done, old.history, old.trials_history)
+        assert new.seconds == pytest.approx(old.seconds)
+    assert again.scheduler.next_task(again.states) == 1  # the exhausted task is not proposed again
