@@ -99,6 +99,12 @@ class KernelConfig:
     # skylake-avx512); a depthwise stride-2 candidate predicted first ran 3.4x slower than the best sample
     # (docs/measurements-costmodel.md)
     overlapping_strides_gather: bool = False
+    # ... and a strided load under a guard that changes across the lanes (a stride-2 window reading the input in
+    # place of its padding) in a multiply-add body: the loads cannot be widened past a failing guard, so each lane
+    # is built on its own (vinsertps from an extracted address, masked vgatherqps). Zen 4: a depthwise stride-2
+    # pick predicted at 0.13 ms ran 0.71-1.34 ms, about 80 cycles per 84-lane body against 16 priced as interleaved
+    # loads. Not pooling windows (vpermt2ps, max_pool2d's assembly) nor copies the SLP vectorizer packs
+    guarded_strides_gather: bool = False
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
@@ -278,7 +284,7 @@ class KernelConfig:
         avx512 = spec.arch == "x86" and spec.vector_bits >= 512
         return cls(fp_pipes=float(spec.fma_units), pump=spec.pump, registers=vector_regs - 2,
                    gapped_strides_gather=spec.llvm_gathers,
-                   gather_vectorize=avx512, overlapping_strides_gather=avx512,
+                   gather_vectorize=avx512, overlapping_strides_gather=avx512, guarded_strides_gather=avx512,
                    uniform_guard_masks=spec.arch == "x86")
 
 
@@ -820,7 +826,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             stride = _vector_stride(a, vec) or 1
             if (not slp_fma and cfg.gapped_strides_gather and _interleave_has_gaps(a, stride, unrolled)) or (
                     cfg.overlapping_strides_gather and vectorized_iterating and leaf.ops.get("fma")
-                    and _copies_overlap(a, stride, unrolled)):
+                    and _copies_overlap(a, stride, unrolled)) or (
+                    cfg.guarded_strides_gather and not slp_fma and leaf.ops.get("fma") and a.conditional
+                    and vec in leaf.guard_vars):
                 gathers += n * e_v / share
             else:  # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
                 loads += n * vops * stride / share

@@ -13,6 +13,7 @@ from tvm import s_tir, te
 
 import drytune as dt
 from drytune import workloads
+from drytune.annotate.candidate import Candidate
 from drytune.costmodel.asm import Instruction, analyze_asm, parse_asm
 from drytune.costmodel.kernel import (
     KernelConfig,
@@ -1251,3 +1252,27 @@ def test_loop_vectorized_by_llvm_loads_its_invariant_operands_as_whole_registers
     assert "vinsertps" not in text and _packed(text, "vfmadd") > 0
     _, det = _details(sch, "D_update")
     assert det["lanes"] == 48 and det["preheader"] == 0
+
+
+def test_avx512_gathers_a_stride_2_load_under_a_guard_that_changes_across_the_lanes():
+    """depthwise_conv2d_s2 with its padding read in place and 14 output columns as the vector: the guard on the
+    input column changes across the lanes, so no load can be widened past it; LLVM builds each lane on its own
+    (inserts and masked gathers). Priced as interleaved wide loads, this pick of session 89's draw was predicted at
+    0.13 ms and ran 0.71-1.34 ms; the model now counts a gathered lane per element."""
+    task = workloads.get("depthwise_conv2d_s2").task()
+    sketch = next(s for s in dt.SearchSpace(task).sketches if s.name == "depthwise_conv2d_s2/2")
+    cand = Candidate.from_json(task, sketch, {
+        "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [1, 3], "depthwise_conv/S0": [1, 1, 1, 1],
+        "depthwise_conv/S1": [12, 1, 4, 2], "depthwise_conv/S2": [4, 1, 14, 1], "depthwise_conv/S3": [1, 1, 4, 14],
+        "depthwise_conv/parallel": 7, "depthwise_conv/unroll": 0, "depthwise_conv/vectorize": 2, "pad/at": 9,
+        "pad/parallel": 2, "pad/unroll": 2, "pad/vectorize": 3})
+    sch = cand.to_schedule()
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
+    asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+    assert "\tvgather" in asm and "\tvinsertps" in asm
+    cfg = KernelConfig.for_spec(spec)
+    _, det = _details(sch, "depthwise_conv_update", cfg, spec)
+    assert det["lanes"] == 14 and det["gathers"] == 6 * 14 and det["shuffle"] == 0  # 2 channels x 3 columns
+    _, det_off = _details(sch, "depthwise_conv_update", dataclasses.replace(cfg, guarded_strides_gather=False), spec)
+    assert det_off["gathers"] == 0 and det_off["shuffle"] > 0
+    assert det["body_cycles"] > 4 * det_off["body_cycles"]
