@@ -22,6 +22,20 @@ from .workdir import RoundLog, append_round
 log = logging.getLogger(__name__)
 
 
+EXHAUSTED = "search space exhausted"
+
+
+def _apply_round(s: TaskState, best: float, trials: int, seconds: float) -> None:
+    """One round's outcome on its task's state, in a run or read back from the round log: a round that scored
+    nothing adds its time, and a history entry only to a task without one (keeping what earlier runs found)."""
+    if trials > 0:
+        s.add_round(best, trials, seconds)
+        return
+    s.seconds += seconds
+    if not s.history:
+        s.add_round(best, 0, 0.0)
+
+
 def make_task_scheduler(name: str | TaskScheduler, *, config: NetworkTuneConfig, gradient: GradientConfig,
                         seed: int) -> TaskScheduler:
     if isinstance(name, TaskScheduler):
@@ -79,15 +93,9 @@ class NetworkTuner:
             if i is None:
                 continue
             s = self.states[i]
-            if r.trials > 0:
-                s.add_round(r.best, r.trials, r.seconds)
-                continue
-            # mirrors step(): a round that scored nothing adds time, and a history entry only to an empty one
-            s.seconds += r.seconds
-            if not s.history:
-                s.add_round(r.best, 0, 0.0)
+            _apply_round(s, r.best, r.trials, r.seconds)
             if r.exhausted:
-                s.done = "search space exhausted"
+                s.done = EXHAUSTED
         if rounds:
             self.elapsed_before = rounds[-1].elapsed
         for s, lim in zip(self.states, self.limits, strict=True):
@@ -218,13 +226,9 @@ class NetworkTuner:
         done = tuner.round(n, self._seeds(i)) if n > 0 else 0
         spent = time.perf_counter() - t0
         best = tuner.archive.best_seconds
+        _apply_round(s, best, done, spent)
         if done == 0:
-            s.seconds += spent
-            s.done = "search space exhausted" if n > 0 else "no trials left"
-            if not s.history:  # keep what earlier runs found
-                s.add_round(best, 0, 0.0)
-        else:
-            s.add_round(best, done, spent)
+            s.done = EXHAUSTED if n > 0 else "no trials left"
         self._check_limits(s, lim)
         if self.work_dir is not None:
             append_round(self.work_dir, RoundLog(self.elapsed, s.name, done, spent, best, objective(self.states),

@@ -1260,7 +1260,7 @@ def test_avx512_gathers_a_stride_2_load_under_a_guard_that_changes_across_the_la
     (inserts and masked gathers). Priced as interleaved wide loads, this pick of session 89's draw was predicted at
     0.13 ms and ran 0.71-1.34 ms; the model now counts a gathered lane per element."""
     task = workloads.get("depthwise_conv2d_s2").task()
-    sketch = next(s for s in dt.SearchSpace(task).sketches if s.name == "depthwise_conv2d_s2/2")
+    sketch = dt.SearchSpace(task).sketch("depthwise_conv2d_s2/2")
     cand = Candidate.from_json(task, sketch, {
         "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [1, 3], "depthwise_conv/S0": [1, 1, 1, 1],
         "depthwise_conv/S1": [12, 1, 4, 2], "depthwise_conv/S2": [4, 1, 14, 1], "depthwise_conv/S3": [1, 1, 4, 14],
