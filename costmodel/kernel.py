@@ -23,6 +23,7 @@ floordiv/floormod that split a fused loop back into indices are computed in ever
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -105,6 +106,13 @@ class KernelConfig:
     # pick predicted at 0.13 ms ran 0.71-1.34 ms, about 80 cycles per 84-lane body against 16 priced as interleaved
     # loads. Not pooling windows (vpermt2ps, max_pool2d's assembly) nor copies the SLP vectorizer packs
     guarded_strides_gather: bool = False
+    # ... and, where LLVM's loop vectorizer took the loop around the body, a padded window copied per output column
+    # into registers that multiply-adds read (the copy forwarded into them): the strided loads of the unrolled
+    # copies whose guard can fail somewhere (the padded edge rows, the column left of the first) are masked
+    # `vgatherqps`, those whose guards always hold interleaved. Zen 4, depthwise_conv2d_s2: 7 of a 5 x 3 window's 15
+    # loads gathered per 16 lanes, the pick predicted at 0.126 ms ran 0.340 (session 90). Not windows read by max or
+    # add (max_pool2d's and avg_pool2d's same copies: `vpermt2ps` only, among their fastest measured rows)
+    guarded_copies_gather: bool = False
     # LLVM's loop vectorizer takes the innermost iterating spatial loop even when its lanes are far apart in
     # memory, with gathers and scatters (AVX-512: every x86 CPU checked; AVX2 has no scatter)
     gather_vectorize: bool = False
@@ -285,6 +293,7 @@ class KernelConfig:
         return cls(fp_pipes=float(spec.fma_units), pump=spec.pump, registers=vector_regs - 2,
                    gapped_strides_gather=spec.llvm_gathers,
                    gather_vectorize=avx512, overlapping_strides_gather=avx512, guarded_strides_gather=avx512,
+                   guarded_copies_gather=avx512,
                    uniform_guard_masks=spec.arch == "x86")
 
 
@@ -400,6 +409,26 @@ def guarded_lanes(leaf: StmtLeaf, var: str, extent: int, path: list[LoopNode]) -
                 failing += 1
                 break
     return failing
+
+
+def failing_copies(leaf: StmtLeaf, unrolled: dict[str, int], path: list[LoopNode], limit: int = 4096) -> float:
+    """The share of the unrolled body's copies (one per value of the `unrolled` loops) in which one of the
+    statement's select guards may fail for some value of the other loops in `path`; all of them when a guard is
+    not affine or reads a variable of no loop there, or the copies are too many to check."""
+    guards = leaf.guard_conditions
+    extents = {lp.var: lp.extent for lp in path}
+    if guards is None or any(v not in extents for g in guards for v in g.loop_vars()):
+        return 1.0
+    tested = {v: e for v, e in unrolled.items() if any(v in g.loop_vars() for g in guards)}
+    copies = math.prod(tested.values())
+    if copies > limit:
+        return 1.0
+    others = {v: e for v, e in extents.items() if v not in tested}
+    failing = 0
+    for values in itertools.product(*(range(e) for e in tested.values())):
+        fixed = {v: IndexExpr.constant(x) for v, x in zip(tested, values, strict=True)}
+        failing += any(g.substitute(fixed, extents).interval(others)[0] < 0 for g in guards)
+    return failing / copies
 
 
 def edge_switch_guarded(leaf: StmtLeaf, outer: list[LoopNode]) -> bool:
@@ -638,6 +667,18 @@ def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> f
     return frozenset(b for b, ok in fits.items() if ok)
 
 
+def multiply_add_inputs(tree: LoopTree, registers: frozenset[str]) -> frozenset[str]:
+    """The register-held intermediates (`register_buffers`) that a multiply-add statement reads: LLVM forwards their
+    copies into the multiply-adds and vectorizes both as one body (pooling windows read by max or add are not
+    forwarded so: their strided loads stay interleaved)."""
+    read = set()
+    for _, items in statement_paths(tree):
+        for leaf, _ in items:
+            if leaf.ops.get("fma"):
+                read |= {a.buffer for a in leaf.accesses if not a.is_write and a.buffer in registers}
+    return frozenset(read)
+
+
 def _tile_evicted(out: Access, around: list[LoopNode], body: list[LoopNode], spec: HardwareSpec) -> bool:
     """Whether the output lines written between two runs of a reduction on one accumulator tile (the tile loops in
     `body`, the loops in `around` that walk the output inside the reduction loop that revisits the tile) fit L1 but
@@ -670,9 +711,11 @@ def _tiles_in_body(body: list[LoopNode], out_vars: set[str]) -> bool:
 
 
 def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: KernelConfig,
-                     details: dict | None = None, registers: frozenset[str] = frozenset()) -> tuple[float, str]:
+                     details: dict | None = None, registers: frozenset[str] = frozenset(),
+                     fma_inputs: frozenset[str] = frozenset()) -> tuple[float, str]:
     """Cycles of all executions of `leaf` on one core (no parallelism) and the dominant bound's name;
-    `registers` are the intermediates held in registers (`register_buffers`: no loads or stores);
+    `registers` are the intermediates held in registers (`register_buffers`: no loads or stores), `fma_inputs`
+    those of them that multiply-adds read (`multiply_add_inputs`);
     `details`, when given, receives the body's numbers (for reports and tests)."""
     lanes = spec.vector_lanes(32)
     fp, lane_calls, ints, outer, body, by_llvm = _split_loops(leaf, path, spec, cfg)
@@ -831,8 +874,11 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                     and vec in leaf.guard_vars):
                 gathers += n * e_v / share
             else:  # LLVM's vectorizers interleave: `stride` full-width loads and as many shuffles per vector
-                loads += n * vops * stride / share
-                shuffles += n * vops * stride / share
+                masked = failing_copies(leaf, unrolled, path) if cfg.guarded_copies_gather and vectorized_iterating \
+                    and a.conditional and out is not None and out.buffer in fma_inputs else 0.0
+                gathers += masked * n * e_v / share
+                loads += (1 - masked) * n * vops * stride / share
+                shuffles += (1 - masked) * n * vops * stride / share
         elif kind == "gather":
             gathers += n * e_v / share
         else:
@@ -991,11 +1037,12 @@ def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None =
     per_core = serial = 0.0
     bounds: dict[str, float] = {}
     registers = register_buffers(tree, spec, cfg)
+    fma_inputs = multiply_add_inputs(tree, registers)
     remote = remote_lines(tree, spec.cores) if cfg.remote_line_cycles else [0.0] * len(tree.roots)
     for (root, items), lines in zip(statement_paths(tree), remote, strict=True):
         nest = 0.0
         for leaf, path in items:
-            c, b = statement_cycles(leaf, path, spec, cfg, registers=registers)
+            c, b = statement_cycles(leaf, path, spec, cfg, registers=registers, fma_inputs=fma_inputs)
             nest += c
             bounds[b] = bounds.get(b, 0.0) + c
         if lines:

@@ -21,9 +21,11 @@ from drytune.costmodel.kernel import (
     _memory_pieces,
     _vector_ops,
     edge_switch_guarded,
+    failing_copies,
     guarded_lanes,
     kernel_cycles,
     licm_hoisted,
+    multiply_add_inputs,
     register_buffers,
     remote_lines,
     statement_cycles,
@@ -1070,6 +1072,18 @@ def test_guarded_lanes_counts_the_copies_whose_padding_guard_can_fail():
     assert guarded_lanes(unknown, x.var, x.extent, path) == 16
 
 
+def test_failing_copies_counts_the_unrolled_copies_whose_padding_guard_can_fail():
+    """The same padded body, every loop but the parallel one unrolled: a row guard fails only in the copies of the
+    first row block's first row (yo = yi = rh = 0: 3 x 16 copies), a column guard only in those of the first column
+    (x = rw = 0: 4 x 4 x 3), 95 of 2304 in all. With x alone unrolled, the row guards can fail in every copy."""
+    leaf, path = _leaf_and_path(LoopTree.from_mod(_depthwise_s2_rows(True).mod), "depthwise_conv_update")
+    unrolled = {lp.var: lp.extent for lp in path[1:]}
+    assert sorted(unrolled.values()) == [3, 3, 4, 4, 16]
+    assert failing_copies(leaf, unrolled, path) == pytest.approx(95 / 2304)
+    assert failing_copies(leaf, {path[-1].var: 16}, path) == 1.0
+    assert failing_copies(dataclasses.replace(leaf, guard_conditions=None), unrolled, path) == 1.0
+
+
 def test_slp_packs_unrolled_stride_2_copies_with_wide_loads_and_permutes():
     """TVM scalarizes the 16-lane vector (the padding guard changes across it) and unrolls the copies; LLVM's SLP
     vectorizer packs them with wide loads and permutes (`vpermt2ps` on znver5), the guard failing only in the first
@@ -1276,3 +1290,62 @@ def test_avx512_gathers_a_stride_2_load_under_a_guard_that_changes_across_the_la
     _, det_off = _details(sch, "depthwise_conv_update", dataclasses.replace(cfg, guarded_strides_gather=False), spec)
     assert det_off["gathers"] == 0 and det_off["shuffle"] > 0
     assert det["body_cycles"] > 4 * det_off["body_cycles"]
+
+
+def test_avx512_gathers_the_guarded_strided_copies_of_a_window_that_the_loop_vectorizer_takes():
+    """depthwise_conv2d_s2 with a 5 x 3 padded window copied per output column into registers and the 56 columns
+    left to LLVM: its loop vectorizer takes them and gathers the window's guarded stride-2 loads (masked
+    `vgatherqps`, the copy forwarded into the multiply-adds). Priced as interleaved loads, this pick of session 89's
+    second draw was predicted at 0.126 ms and ran 0.340 ms; the row guard here reads a floormod, so every copy counts
+    as guarded."""
+    task = workloads.get("depthwise_conv2d_s2").task()
+    sketch = dt.SearchSpace(task).sketch("depthwise_conv2d_s2/2")
+    cand = Candidate.from_json(task, sketch, {
+        "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [3, 1], "depthwise_conv/S0": [1, 1, 1, 1],
+        "depthwise_conv/S1": [4, 24, 1, 1], "depthwise_conv/S2": [14, 2, 1, 2], "depthwise_conv/S3": [1, 56, 1, 1],
+        "depthwise_conv/parallel": 4, "depthwise_conv/unroll": 3, "depthwise_conv/vectorize": 0, "pad/at": 8,
+        "pad/parallel": 3, "pad/unroll": 3, "pad/vectorize": 0})
+    mod = cand.to_mod()
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
+    asm = tvm.compile(mod, target=target).mod.inspect_source("asm")
+    assert "\tvgatherqps" in asm and "\tvpermt2ps" in asm
+    tree = LoopTree.from_mod(mod)
+    cfg = KernelConfig.for_spec(spec)
+    leaf, path = _leaf_and_path(tree, "pad")
+    regs = register_buffers(tree, spec, cfg)
+    assert multiply_add_inputs(tree, regs) == {"pad"}  # the copy feeds the multiply-adds through registers
+
+    def pad_details(config: KernelConfig, fma_inputs: frozenset[str]) -> dict:
+        det: dict = {}
+        statement_cycles(leaf, path, spec, config, det, regs, fma_inputs)
+        return det
+
+    det = pad_details(cfg, frozenset({"pad"}))
+    det_off = pad_details(dataclasses.replace(cfg, guarded_copies_gather=False), frozenset({"pad"}))
+    assert det["lanes"] == 56 and det["statements"] == 15
+    assert det["gathers"] == 15 * 56 and det["shuffle"] == 0
+    assert det_off["gathers"] == 0 and det_off["shuffle"] > 0
+    assert det["body_cycles"] > 4 * det_off["body_cycles"]
+    assert pad_details(cfg, frozenset()) == det_off  # a window that max or add reads stays interleaved
+
+
+def test_a_pooling_window_copied_into_registers_keeps_its_interleaved_loads():
+    """max_pool2d with the same 3 x 3 padded window copied per output column into registers and the 56 columns
+    left to LLVM: the assembly has `vpermt2ps` and no gather (a row of this shape ran 48.6 us, among the operator's
+    fastest measured), and the model prices no gather: nothing multiplies and adds the window."""
+    task = workloads.get("max_pool2d").task()
+    cand = Candidate.from_json(task, dt.SearchSpace(task).sketch("max_pool2d/0"), {
+        "pad/at": 4, "pad/parallel": 2, "pad/unroll": 2, "pad/vectorize": 2, "pool_max/parallel": 2,
+        "pool_max/unroll": 0, "pool_max/vectorize": 3})
+    mod = cand.to_mod()
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
+    asm = tvm.compile(mod, target=target).mod.inspect_source("asm")
+    assert "\tvpermt2ps" in asm and "\tvgather" not in asm
+    tree = LoopTree.from_mod(mod)
+    cfg = KernelConfig.for_spec(spec)
+    regs = register_buffers(tree, spec, cfg)
+    assert "pad" in regs and not multiply_add_inputs(tree, regs)
+    leaf, path = _leaf_and_path(tree, "pad")
+    det: dict = {}
+    statement_cycles(leaf, path, spec, cfg, det, regs, multiply_add_inputs(tree, regs))
+    assert det["lanes"] == 56 and det["gathers"] == 0 and det["shuffle"] > 0
