@@ -1268,22 +1268,27 @@ def test_loop_vectorized_by_llvm_loads_its_invariant_operands_as_whole_registers
     assert det["lanes"] == 48 and det["preheader"] == 0
 
 
+def _znver4_pick(op: str, sketch: str, decisions: dict) -> tuple[tvm.IRModule, str, dt.HardwareSpec]:
+    """A suite operator's candidate (a search's pick), its module and its assembly for Zen 4."""
+    task = workloads.get(op).task()
+    cand = Candidate.from_json(task, dt.SearchSpace(task).sketch(sketch), decisions)
+    mod = cand.to_mod()
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
+    return mod, tvm.compile(mod, target=target).mod.inspect_source("asm"), spec
+
+
 def test_avx512_gathers_a_stride_2_load_under_a_guard_that_changes_across_the_lanes():
     """depthwise_conv2d_s2 with its padding read in place and 14 output columns as the vector: the guard on the
     input column changes across the lanes, so no load can be widened past it; LLVM builds each lane on its own
     (inserts and masked gathers). Priced as interleaved wide loads, this pick of session 89's draw was predicted at
     0.13 ms and ran 0.71-1.34 ms; the model now counts a gathered lane per element."""
-    task = workloads.get("depthwise_conv2d_s2").task()
-    sketch = dt.SearchSpace(task).sketch("depthwise_conv2d_s2/2")
-    cand = Candidate.from_json(task, sketch, {
+    mod, asm, spec = _znver4_pick("depthwise_conv2d_s2", "depthwise_conv2d_s2/2", {
         "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [1, 3], "depthwise_conv/S0": [1, 1, 1, 1],
         "depthwise_conv/S1": [12, 1, 4, 2], "depthwise_conv/S2": [4, 1, 14, 1], "depthwise_conv/S3": [1, 1, 4, 14],
         "depthwise_conv/parallel": 7, "depthwise_conv/unroll": 0, "depthwise_conv/vectorize": 2, "pad/at": 9,
         "pad/parallel": 2, "pad/unroll": 2, "pad/vectorize": 3})
-    sch = cand.to_schedule()
-    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
-    asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
     assert "\tvgather" in asm and "\tvinsertps" in asm
+    sch = s_tir.Schedule(mod)
     cfg = KernelConfig.for_spec(spec)
     _, det = _details(sch, "depthwise_conv_update", cfg, spec)
     assert det["lanes"] == 14 and det["gathers"] == 6 * 14 and det["shuffle"] == 0  # 2 channels x 3 columns
@@ -1298,16 +1303,11 @@ def test_avx512_gathers_the_guarded_strided_copies_of_a_window_that_the_loop_vec
     `vgatherqps`, the copy forwarded into the multiply-adds). Priced as interleaved loads, this pick of session 89's
     second draw was predicted at 0.126 ms and ran 0.340 ms; the row guard here reads a floormod, so every copy counts
     as guarded."""
-    task = workloads.get("depthwise_conv2d_s2").task()
-    sketch = dt.SearchSpace(task).sketch("depthwise_conv2d_s2/2")
-    cand = Candidate.from_json(task, sketch, {
+    mod, asm, spec = _znver4_pick("depthwise_conv2d_s2", "depthwise_conv2d_s2/2", {
         "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [3, 1], "depthwise_conv/S0": [1, 1, 1, 1],
         "depthwise_conv/S1": [4, 24, 1, 1], "depthwise_conv/S2": [14, 2, 1, 2], "depthwise_conv/S3": [1, 56, 1, 1],
         "depthwise_conv/parallel": 4, "depthwise_conv/unroll": 3, "depthwise_conv/vectorize": 0, "pad/at": 8,
         "pad/parallel": 3, "pad/unroll": 3, "pad/vectorize": 0})
-    mod = cand.to_mod()
-    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
-    asm = tvm.compile(mod, target=target).mod.inspect_source("asm")
     assert "\tvgatherqps" in asm and "\tvpermt2ps" in asm
     tree = LoopTree.from_mod(mod)
     cfg = KernelConfig.for_spec(spec)
@@ -1333,13 +1333,9 @@ def test_a_pooling_window_copied_into_registers_keeps_its_interleaved_loads():
     """max_pool2d with the same 3 x 3 padded window copied per output column into registers and the 56 columns
     left to LLVM: the assembly has `vpermt2ps` and no gather (a row of this shape ran 48.6 us, among the operator's
     fastest measured), and the model prices no gather: nothing multiplies and adds the window."""
-    task = workloads.get("max_pool2d").task()
-    cand = Candidate.from_json(task, dt.SearchSpace(task).sketch("max_pool2d/0"), {
+    mod, asm, spec = _znver4_pick("max_pool2d", "max_pool2d/0", {
         "pad/at": 4, "pad/parallel": 2, "pad/unroll": 2, "pad/vectorize": 2, "pool_max/parallel": 2,
         "pool_max/unroll": 0, "pool_max/vectorize": 3})
-    mod = cand.to_mod()
-    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})
-    asm = tvm.compile(mod, target=target).mod.inspect_source("asm")
     assert "\tvpermt2ps" in asm and "\tvgather" not in asm
     tree = LoopTree.from_mod(mod)
     cfg = KernelConfig.for_spec(spec)
