@@ -401,14 +401,15 @@ def guarded_lanes(leaf: StmtLeaf, var: str, extent: int, path: list[LoopNode]) -
     if guards is None or any(v not in extents for g in guards for v in g.loop_vars()):
         return extent
     others = {v: e for v, e in extents.items() if v != var}
-    failing = 0
-    for value in range(extent):
-        for g in guards:
-            coef = g.coeffs.get(var, 0)
-            if coef and g.add(IndexExpr.var(var, coef, -coef * value), -1).interval(others)[0] < 0:
-                failing += 1
-                break
-    return failing
+    return sum(any(g.coeffs.get(var) and _may_fail(g, {var: value}, extents, others) for g in guards)
+               for value in range(extent))
+
+
+def _may_fail(guard: IndexExpr, fixed: dict[str, int], extents: dict[str, int], others: dict[str, int]) -> bool:
+    """Whether the guard `guard >= 0` can fail with the `fixed` loops at their values, for some value of the `others`
+    (loop variables of `extents`, the loops around the statement)."""
+    at = guard.substitute({v: IndexExpr.constant(x) for v, x in fixed.items()}, extents)
+    return at.interval(others)[0] < 0
 
 
 def failing_copies(leaf: StmtLeaf, unrolled: dict[str, int], path: list[LoopNode], limit: int = 4096) -> float:
@@ -424,10 +425,8 @@ def failing_copies(leaf: StmtLeaf, unrolled: dict[str, int], path: list[LoopNode
     if copies > limit:
         return 1.0
     others = {v: e for v, e in extents.items() if v not in tested}
-    failing = 0
-    for values in itertools.product(*(range(e) for e in tested.values())):
-        fixed = {v: IndexExpr.constant(x) for v, x in zip(tested, values, strict=True)}
-        failing += any(g.substitute(fixed, extents).interval(others)[0] < 0 for g in guards)
+    failing = sum(any(_may_fail(g, dict(zip(tested, values, strict=True)), extents, others) for g in guards)
+                  for values in itertools.product(*(range(e) for e in tested.values())))
     return failing / copies
 
 
