@@ -132,6 +132,8 @@ def main() -> int:
     ap.add_argument("--kernel", action="append", default=None, metavar="FIELD=VALUE",
                     help="kernel-model setting of the features (repeatable; default: the shipped file's; "
                          "'none': the defaults), recorded in a --fit-out file")
+    ap.add_argument("--fast-weight", type=float, default=1.0,
+                    help="weight of the rows in each operator's fastest quarter in every fit (default 1: unweighted)")
     args = ap.parse_args()
     ops = args.ops.split(",")
     if args.data is None:
@@ -149,7 +151,7 @@ def main() -> int:
 
     return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
                     l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel),
-                    burst_cycles=args.burst_store_cycles)
+                    burst_cycles=args.burst_store_cycles, fast_weight=args.fast_weight)
 
 
 if __name__ == "__main__":

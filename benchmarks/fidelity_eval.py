@@ -12,7 +12,7 @@ from scipy import stats
 
 import drytune as dt
 from drytune import workloads
-from drytune.costmodel.calibrate import burst_store_cycles, fit_log_ranking, parallel_region_cycles
+from drytune.costmodel.calibrate import burst_store_cycles, fast_end_weights, fit_log_ranking, parallel_region_cycles
 from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.dataset import MeasuredRow, program_digest, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
@@ -254,13 +254,15 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
              fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None,
-             kernel: dict[str, float] | None = None, burst_cycles: float | None = None) -> int:
+             kernel: dict[str, float] | None = None, burst_cycles: float | None = None,
+             fast_weight: float = 1.0) -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
     `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted);
     `burst_cycles` the burst-store one (None: measured here; suite operators are no network kernels, so it is
     never fitted: the file records it);
     `l1_hidden` is the L1 refills per kernel cycle taken as hidden in every fit (None: the shipped file's);
-    `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults)."""
+    `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults);
+    `fast_weight` the weight of the rows in each operator's fastest quarter in every fit (1: unweighted)."""
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
     shipped = shipped_coefficients()  # the defaults of the choices the fits do not make
@@ -293,7 +295,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
             burst_cycles = burst_store_cycles(target, spec.freq_ghz, spec.cores)
             print(f"measured burst-store cost: {burst_cycles:.1f} cycles per line per core", flush=True)
         write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured,
-                  burst=(burst_cycles, burst_measured))
+                  burst=(burst_cycles, burst_measured), fast_weight=fast_weight)
     calibrated_path = shipped_coefficients_path()  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
@@ -317,8 +319,9 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         others = [(r, e) for o, d in by_op.items() if o != op for r, e in d if r.source == "random"]
         F_train = np.array([e["values"] for _, e in others])
         y_train = np.array([r.seconds for r, _ in others])
-        coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=[r.op for r, _ in others], init=default,
-                               fixed=fixed)
+        groups = [r.op for r, _ in others]
+        coef = fit_log_ranking(F_train, y_train, spec.freq_ghz, groups=groups, init=default, fixed=fixed,
+                               weights=fast_end_weights(y_train, groups, weight=fast_weight))
         F = np.array([e["values"] for _, e in data])
         pred = F @ coef
         if len(searched) >= 8:  # how the held-out model ranks a search's best predictions, once measured
@@ -353,7 +356,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
               fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
               kernel: dict[str, float] | None = None, launch_measured: bool = True,
-              burst: tuple[float, bool] = (0.0, False)) -> None:
+              burst: tuple[float, bool] = (0.0, False), fast_weight: float = 1.0) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU);
     `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles);
     `burst`: the burst-store cycles per line the file records and whether this run measured them."""
@@ -361,7 +364,9 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
     feats = np.array([e["values"] for _, e in pairs])
     secs = np.array([r.seconds for r, _ in pairs])
     pinned = (fixed or {}) | {FEATURE_NAMES.index("burst_store_lines"): burst[0]}
-    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=[r.op for r, _ in pairs], init=init, fixed=pinned)
+    groups = [r.op for r, _ in pairs]
+    coef = fit_log_ranking(feats, secs, spec.freq_ghz, groups=groups, init=init, fixed=pinned,
+                           weights=fast_end_weights(secs, groups, weight=fast_weight))
     rel = float(np.median(np.abs(feats @ coef / (spec.freq_ghz * 1e9) / secs - 1)))
     threads = dt.threads.default_runtime_threads()
     origin = (f"Fitted on {time.strftime('%Y-%m-%d')} by benchmarks/costmodel_fidelity.py --fit-out with "
@@ -372,6 +377,9 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
               f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
+    if fast_weight != 1.0:
+        origin += (f" Rows in each operator's fastest quarter weigh {fast_weight:g} in the fit "
+                   "(drytune.costmodel.calibrate.fast_end_weights): a search keeps only the fast end.")
     for col, value in (fixed or {}).items():
         how = "measured before the fit" if launch_measured else "given to the fit (--launch-cycles)"
         origin += (f" {FEATURE_NAMES[col]} is not fitted but {how}: {value:.0f} cycles per "

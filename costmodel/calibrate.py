@@ -46,13 +46,15 @@ def fit_coefficients(features: np.ndarray, seconds: np.ndarray, freq_ghz: float)
 
 
 def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, groups: Sequence | None = None,
-                    init: np.ndarray | None = None, fixed: dict[int, float] | None = None) -> np.ndarray:
+                    init: np.ndarray | None = None, fixed: dict[int, float] | None = None,
+                    weights: np.ndarray | None = None) -> np.ndarray:
     """Non-negative a minimising a soft-L1 loss of log(a . f_i) - log(cycles_i) with each group's mean removed;
     the scale of a is then set so that the median of cycles_i / (a . f_i) is 1.
 
     `fixed` pins columns to coefficients measured elsewhere (column -> cycles per unit): their cycles are taken
     off each row's measured cycles (keeping at least a tenth of them) and the other columns fit the rest. This is
     for a cost that hardly varies within an operator (parallel-region entries), which the fit cannot see.
+    `weights` (one per row, default 1) scale each row's squared residual, and its group's mean is weighted alike.
     """
     features = np.asarray(features, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
@@ -61,6 +63,7 @@ def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, 
         raise ValueError(f"need at least {features.shape[1]} valid measurements to fit, got {int(ok.sum())}")
     feats = features[ok].copy()
     cycles = seconds[ok] * freq_ghz * 1e9
+    w = np.ones(len(feats)) if weights is None else np.asarray(weights, dtype=np.float64)[ok]
     pinned = np.zeros(feats.shape[1])
     for col, value in (fixed or {}).items():
         pinned[col] = value
@@ -69,16 +72,17 @@ def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, 
     log_cycles = np.log(cycles)
     labels = np.zeros(len(feats), dtype=int) if groups is None else np.unique(np.asarray(groups)[ok],
                                                                                return_inverse=True)[1]
-    counts = np.bincount(labels)
+    totals = np.bincount(labels, w)
 
     def centred(v: np.ndarray) -> np.ndarray:
-        return v - (np.bincount(labels, v) / counts)[labels]
+        return v - (np.bincount(labels, v * w) / totals)[labels]
 
     scale = np.array([np.median(c[c > 0]) if np.any(c > 0) else 1.0 for c in feats.T])  # columns of unit size
     target = centred(log_cycles)
+    root_w = np.sqrt(w)
 
     def residual(theta: np.ndarray) -> np.ndarray:
-        return centred(np.log(feats / scale @ np.exp(theta) + 1e-300)) - target
+        return root_w * (centred(np.log(feats / scale @ np.exp(theta) + 1e-300)) - target)
 
     # weights are exp(theta): a start near zero has no gradient, so equal column weights are always tried
     starts = [np.zeros(feats.shape[1])]
@@ -92,6 +96,20 @@ def fit_log_ranking(features: np.ndarray, seconds: np.ndarray, freq_ghz: float, 
     for col, value in (fixed or {}).items():
         coef[col] = value
     return coef
+
+
+def fast_end_weights(seconds: Sequence[float], groups: Sequence, fraction: float = 0.25,
+                     weight: float = 3.0) -> np.ndarray:
+    """Row weights for `fit_log_ranking`: `weight` for the rows in the fastest `fraction` of their group, 1 for the
+    rest. A search keeps only an operator's fastest candidates, so the order there matters most."""
+    seconds = np.asarray(seconds, dtype=np.float64)
+    groups = np.asarray(groups)
+    out = np.ones(len(seconds))
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        rank = np.argsort(np.argsort(seconds[idx], kind="stable"), kind="stable")
+        out[idx[rank < fraction * len(idx)]] = weight
+    return out
 
 
 def _plus(a: te.Tensor, value: float, i: tvm.tirx.Var) -> tvm.tirx.PrimExpr:

@@ -16,6 +16,7 @@ import drytune as dt
 from drytune import workloads
 from drytune.costmodel.calibrate import (
     calibrate,
+    fast_end_weights,
     fit_coefficients,
     fit_log_ranking,
     parallel_region_cycles,
@@ -81,6 +82,35 @@ def test_fit_keeps_a_pinned_coefficient_and_fits_the_rest() -> None:
     assert fitted[col] == 5000.0
     free = [i for i in range(len(FEATURE_NAMES)) if i != col]
     np.testing.assert_allclose(fitted[free], true[free], rtol=1e-3, atol=1e-3)
+
+
+def test_fast_end_weights_mark_each_groups_fastest_quarter() -> None:
+    seconds = [4.0, 1.0, 3.0, 2.0, 0.5, 9.0, 7.0, 8.0]
+    groups = ["a", "a", "a", "a", "b", "b", "b", "b"]
+    assert fast_end_weights(seconds, groups, weight=5.0).tolist() == [1, 5, 1, 1, 5, 1, 1, 1]
+    assert fast_end_weights(seconds, groups, fraction=0.5).tolist() == [1, 3, 1, 3, 3, 1, 3, 1]
+
+
+def test_weighted_fit_follows_the_rows_it_weights() -> None:
+    """Two groups of rows obey different coefficients; weighting one group pulls the fit to that group's law."""
+    rng = np.random.default_rng(3)
+    fast_law, slow_law = np.zeros(len(FEATURE_NAMES)), np.zeros(len(FEATURE_NAMES))
+    fast_law[[0, 4]] = [1.0, 4.0]
+    slow_law[[0, 4]] = [4.0, 1.0]
+    feats = np.zeros((120, len(FEATURE_NAMES)))
+    feats[:, [0, 4]] = rng.uniform(1e3, 1e6, size=(120, 2))
+    fast = np.arange(120) % 4 == 0
+    seconds = np.where(fast, feats @ fast_law, feats @ slow_law) / 2.5e9
+    groups = np.repeat(["a", "b"], 60)
+
+    def fast_error(coef: np.ndarray) -> float:
+        log_ratio = np.log(seconds[fast] * 2.5e9 / (feats[fast] @ coef))
+        return float(np.std(log_ratio))
+
+    plain = fit_log_ranking(feats, seconds, 2.5, groups=groups)
+    weighted = fit_log_ranking(feats, seconds, 2.5, groups=groups, weights=np.where(fast, 100.0, 1.0))
+    assert fast_error(weighted) < 0.5 * fast_error(plain)
+    assert weighted[0] / weighted[4] < plain[0] / plain[4]
 
 
 def test_parallel_region_microbenchmark_measures_parallel_against_serial_nests() -> None:
