@@ -1345,3 +1345,62 @@ def test_a_pooling_window_copied_into_registers_keeps_its_interleaved_loads():
     det: dict = {}
     statement_cycles(leaf, path, spec, cfg, det, regs, multiply_add_inputs(tree, regs))
     assert det["lanes"] == 56 and det["gathers"] == 0 and det["shuffle"] > 0
+
+
+def _splat_kernel(lanes: int, unroll: int) -> s_tir.Schedule:
+    """C[i, b] += W[i, k] X[b, k] on a TVM vector of `lanes` columns: the row loop b iterates the body, `unroll`
+    reduction steps unrolled in it, each broadcasting one W element that does not change with b."""
+    W = te.placeholder((16, 64), "float32", name="W")
+    X = te.placeholder((32, 64, lanes), "float32", name="X")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((16, 32, lanes), lambda i, b, x: te.sum(W[i, k] * X[b, k, x], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([W, X, C])}))
+    block = sch.get_sblock("C")
+    i, b, x, r = sch.get_loops(block)
+    k0, k1 = sch.split(r, [None, unroll])
+    sch.reorder(i, k0, b, k1, x)
+    sch.unroll(k1)
+    sch.vectorize(x)
+    sch.decompose_reduction(block, k0)
+    return sch
+
+
+def test_an_odd_width_splat_is_built_with_inserts_in_the_loop_and_priced_so():
+    """At 28 lanes (wider than a zmm, not a power of two) LLVM splats each hoisted W element with vinsertps in the
+    row loop, 21 per element; at 32 it broadcasts. With 16 such splats the body's registers overflow and the model
+    prices 0.75 inserts per lane (`splat_lane_inserts`, on for x86)."""
+    spec = dt.resolve_target(ZEN4)[1]
+    cfg = KernelConfig.for_spec(spec)
+    assert cfg.splat_lane_inserts == 0.75
+    odd, even = _splat_kernel(28, 16), _splat_kernel(32, 16)
+    assert _count(_kernel_instructions(odd, ZEN4), "vinsertps") == 16 * 21
+    assert _count(_kernel_instructions(even, ZEN4), "vinsertps") == 0
+    _, det = _details(odd, "C_update", cfg, spec)
+    _, det_off = _details(odd, "C_update", dataclasses.replace(cfg, splat_lane_inserts=0.0), spec)
+    assert det["shuffle"] == 16 * 28 * 0.75 * cfg.lane_insert_cost / cfg.shuffle_ports and det_off["shuffle"] == 0
+    assert det["body_cycles"] > 2 * det_off["body_cycles"]
+    assert _details(even, "C_update", cfg, spec)[1]["shuffle"] == 0
+
+
+def test_a_convolution_pick_that_splats_its_weights_lane_by_lane_is_priced_with_the_inserts():
+    """conv2d_nchw with 28 output columns as the TVM vector and 64 weights per body, invariant in the row loop that
+    iterates it: 1,344 vinsertps build the weights' splats (21 each) beside 128 FMAs. Without the inserts this Zen 4
+    row was predicted 2.0 ms (third of 200) and ran 5.1 (48th); a depthwise row whose loop also holds its padding
+    (weights broadcast from memory, no vinsertps) is not charged."""
+    mod, asm, spec = _znver4_pick("conv2d_nchw", "conv2d_nchw/1", {
+        "conv/R4": [4, 16], "conv/R5": [3, 1], "conv/R6": [3, 1], "conv/S0": [1, 1, 1, 1], "conv/S1": [2, 2, 4, 4],
+        "conv/S2": [7, 4, 2, 1], "conv/S3": [1, 2, 1, 28], "conv/parallel": 6, "conv/unroll": 2, "conv/vectorize": 2,
+        "pad/at": 0, "pad/parallel": 1, "pad/unroll": 2, "pad/vectorize": 1})
+    assert asm.count("\tvinsertps") == 64 * 21
+    cfg = KernelConfig.for_spec(spec)
+    _, det = _details(s_tir.Schedule(mod), "conv_update", cfg, spec)
+    _, det_off = _details(s_tir.Schedule(mod), "conv_update", dataclasses.replace(cfg, splat_lane_inserts=0.0), spec)
+    assert det["lanes"] == 28 and det["shuffle"] == 64 * 28 * 0.75 * cfg.lane_insert_cost and det_off["shuffle"] == 0
+    mod, asm, spec = _znver4_pick("depthwise_conv2d", "depthwise_conv2d/1", {
+        "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [3, 1], "depthwise_conv/S0": [1, 1, 1, 1],
+        "depthwise_conv/S1": [1, 2, 36, 2], "depthwise_conv/S2": [7, 2, 2, 2], "depthwise_conv/S3": [1, 1, 2, 28],
+        "depthwise_conv/parallel": 5, "depthwise_conv/unroll": 3, "depthwise_conv/vectorize": 0, "pad/at": 7,
+        "pad/parallel": 2, "pad/unroll": 1, "pad/vectorize": 3})
+    assert "\tvinsertps" not in asm and "\tvbroadcastss" in asm
+    _, det = _details(s_tir.Schedule(mod), "depthwise_conv_update", cfg, spec)
+    assert det["lanes"] == 28 and det["shuffle"] == 0
