@@ -2,7 +2,7 @@
 
 W's elements do not change with the row loop b, the loop that iterates the body; LLVM hoists their scalar loads out
 of it. At 20, 24, 28, 48 or 56 lanes (wider than a register, not a power of two) it builds each element's splat in
-the loop with vinsertps, three per 128-bit piece, instead of one vbroadcastss (`KernelConfig.splat_lane_inserts`).
+the loop with vinsertps, three per 128-bit piece, instead of one vbroadcastss (`KernelConfig.splat_lane_cycles`).
 For each lane count and body (`--unroll` reduction steps, each one splat) the script counts the assembly's vinsertps
 and FMAs inside loops, then times the kernels (one thread, interleaved rounds) and predicts them with the kernel
 model with and without the rule. `--cpus` adds the assembly counts for other CPUs (nothing is timed for them).
@@ -80,7 +80,7 @@ def main() -> int:
 
     target = one_core_target()
     models = {"rule": StaticCostModel(target), "no rule": StaticCostModel(target, kernel_overrides={
-        "splat_lane_inserts": 0.0})}
+        "splat_lane_cycles": 0.0})}
     cases = [(lanes, unroll) for unroll in UNROLLS for lanes in LANES]
     asm = {case: loop_counts(kernel(*case), target) for case in cases}
     others = {}

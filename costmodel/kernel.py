@@ -138,14 +138,15 @@ class KernelConfig:
     hoisted_by_lane: bool = True
     preheader_lane_cycles: float = 1.0
     # A scalar operand broadcast to such a TVM vector (wider than a register, lane count not a power of two) is splatted
-    # by LLVM with vinsertps, three per 128-bit piece, and the pieces joined, instead of one vbroadcastss (x86 with
-    # AVX-512 and AVX2 alike: znver3, znver4 and skylake-avx512 for 12-80 lanes; benchmarks/splat_inserts.py). That
-    # happens in the body when the operand does not change with the innermost iterating loop, no other statement
-    # shares that loop, and the splats and outputs of the body do not fit the registers: LLVM hoists the scalar
-    # loads and builds the splats again in the loop. Zen 4 conv2d_nchw, 28 lanes, 64 weights per body: 1,344
-    # vinsertps to 128 FMAs, predicted 2.0 ms, ran 5.1 (session 91). Inserts per lane, each `lane_insert_cost`;
-    # 0: not counted
-    splat_lane_inserts: float = 0.0
+    # by LLVM with vinsertps, three per 128-bit piece (0.75 per lane), the pieces then joined, instead of one
+    # vbroadcastss (x86 with AVX-512 and AVX2 alike: znver3, znver4 and skylake-avx512 at 12-80 lanes). The model
+    # charges it when the operand does not change with the innermost iterating loop, no other statement shares that
+    # loop, and the body's splats and outputs do not fit the registers: LLVM hoists the scalar loads and builds the
+    # splats again in the loop. Zen 4 conv2d_nchw, 28 lanes, 64 weights per body: 1,344 vinsertps to 128 FMAs,
+    # predicted 2.0 ms, ran 5.1 (session 91). Shuffle-slot cycles per lane of each such splat in a body: fitted to
+    # benchmarks/splat_inserts.py (one thread, 16 splats per body, 20-56 lanes: measured over predicted against the
+    # 16-lane kernel 0.91-1.11, 1.17-1.31 without); 0: not counted
+    splat_lane_cycles: float = 0.0
     # Accumulators of half-register TVM vectors (8 lanes with AVX-512) held in registers across the reduction loop
     # are joined by LLVM into full registers, two adjacent columns per FMA, when the tile has more than
     # `join_half_vectors_above` elements (benchmarks/register_tiles.py: 2x80, 3x64, 2x96, 4x48 tiles of 8 lanes ran
@@ -303,7 +304,7 @@ class KernelConfig:
                    gapped_strides_gather=spec.llvm_gathers,
                    gather_vectorize=avx512, overlapping_strides_gather=avx512, guarded_strides_gather=avx512,
                    guarded_copies_gather=avx512,
-                   uniform_guard_masks=spec.arch == "x86", splat_lane_inserts=0.75 if spec.arch == "x86" else 0.0)
+                   uniform_guard_masks=spec.arch == "x86", splat_lane_cycles=0.1875 if spec.arch == "x86" else 0.0)
 
 
 @dataclass
@@ -857,7 +858,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
 
     fits = sum(n * vops for _, kind, _, n, inv in operands if hoistable(kind, inv)) + outputs <= cfg.registers
     # splats of operands invariant in the innermost iterating loop that LLVM builds again in the loop: the loop holds
-    # this statement alone, and they do not fit the registers beside the outputs (`splat_lane_inserts`)
+    # this statement alone, and they do not fit the registers beside the outputs (`splat_lane_cycles`)
     splats = sum(distinct for _, kind, distinct, _, inv in operands if kind == "scalar" and inv)
     rebuilt_splats = inner_iter is not None and vec_loop is not None and splats * vops + outputs > cfg.registers \
         and all(other is leaf for other, _ in _subtree_paths(inner_iter, []))
@@ -898,9 +899,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += n
             if vectorized_iterating and vops > 1 and not a.conditional:
                 broadcasts += n
-            if cfg.splat_lane_inserts and invariant and rebuilt_splats and vec_loop.kind == "vectorized" \
+            if cfg.splat_lane_cycles and invariant and rebuilt_splats and vec_loop.kind == "vectorized" \
                     and e_v > lanes and e_v & (e_v - 1):
-                shuffles += distinct * e_v * cfg.splat_lane_inserts * cfg.lane_insert_cost
+                shuffles += distinct * e_v * cfg.splat_lane_cycles
     chain = 0.0
     reload = 0.0  # cycles per body of storing and reloading register accumulators between runs of the loop
     acc_in_memory = False

@@ -1368,17 +1368,17 @@ def _splat_kernel(lanes: int, unroll: int) -> s_tir.Schedule:
 def test_an_odd_width_splat_is_built_with_inserts_in_the_loop_and_priced_so():
     """At 28 lanes (wider than a zmm, not a power of two) LLVM splats each hoisted W element with vinsertps in the
     row loop, 21 per element; at 32 it broadcasts. With 16 such splats the body's registers overflow and the model
-    prices 0.75 inserts per lane (`splat_lane_inserts`, on for x86)."""
+    prices shuffle cycles per lane of each (`splat_lane_cycles`, on for x86)."""
     spec = dt.resolve_target(ZEN4)[1]
     cfg = KernelConfig.for_spec(spec)
-    assert cfg.splat_lane_inserts == 0.75
+    assert cfg.splat_lane_cycles > 0
     odd, even = _splat_kernel(28, 16), _splat_kernel(32, 16)
     assert _count(_kernel_instructions(odd, ZEN4), "vinsertps") == 16 * 21
     assert _count(_kernel_instructions(even, ZEN4), "vinsertps") == 0
     _, det = _details(odd, "C_update", cfg, spec)
-    _, det_off = _details(odd, "C_update", dataclasses.replace(cfg, splat_lane_inserts=0.0), spec)
-    assert det["shuffle"] == 16 * 28 * 0.75 * cfg.lane_insert_cost / cfg.shuffle_ports and det_off["shuffle"] == 0
-    assert det["body_cycles"] > 2 * det_off["body_cycles"]
+    _, det_off = _details(odd, "C_update", dataclasses.replace(cfg, splat_lane_cycles=0.0), spec)
+    assert det["shuffle"] == 16 * 28 * cfg.splat_lane_cycles / cfg.shuffle_ports and det_off["shuffle"] == 0
+    assert det["body_cycles"] > 1.5 * det_off["body_cycles"]
     assert _details(even, "C_update", cfg, spec)[1]["shuffle"] == 0
 
 
@@ -1394,8 +1394,8 @@ def test_a_convolution_pick_that_splats_its_weights_lane_by_lane_is_priced_with_
     assert asm.count("\tvinsertps") == 64 * 21
     cfg = KernelConfig.for_spec(spec)
     _, det = _details(s_tir.Schedule(mod), "conv_update", cfg, spec)
-    _, det_off = _details(s_tir.Schedule(mod), "conv_update", dataclasses.replace(cfg, splat_lane_inserts=0.0), spec)
-    assert det["lanes"] == 28 and det["shuffle"] == 64 * 28 * 0.75 * cfg.lane_insert_cost and det_off["shuffle"] == 0
+    _, det_off = _details(s_tir.Schedule(mod), "conv_update", dataclasses.replace(cfg, splat_lane_cycles=0.0), spec)
+    assert det["lanes"] == 28 and det["shuffle"] == 64 * 28 * cfg.splat_lane_cycles and det_off["shuffle"] == 0
     mod, asm, spec = _znver4_pick("depthwise_conv2d", "depthwise_conv2d/1", {
         "depthwise_conv/R4": [1, 3], "depthwise_conv/R5": [3, 1], "depthwise_conv/S0": [1, 1, 1, 1],
         "depthwise_conv/S1": [1, 2, 36, 2], "depthwise_conv/S2": [7, 2, 2, 2], "depthwise_conv/S3": [1, 1, 2, 28],
