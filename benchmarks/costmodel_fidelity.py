@@ -89,8 +89,9 @@ def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None,
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
-def parse_kernel_settings(items: list[str] | None) -> dict[str, float] | None:
-    """`--kernel FIELD=VALUE` arguments as a dict (None when none are given, {} for 'none')."""
+def parse_kernel_settings(items: list[str] | None, option: str = "--kernel") -> dict[str, float] | None:
+    """`--kernel FIELD=VALUE` arguments (or another `option`'s) as a dict (None when none are given, {} for
+    'none')."""
     if items is None:
         return None
     settings = {}
@@ -99,7 +100,7 @@ def parse_kernel_settings(items: list[str] | None) -> dict[str, float] | None:
             continue
         name, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--kernel expects FIELD=VALUE or 'none', got {item!r}")
+            raise SystemExit(f"{option} expects FIELD=VALUE or 'none', got {item!r}")
         settings[name] = float(value)
     return settings
 

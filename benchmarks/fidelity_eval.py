@@ -174,8 +174,8 @@ def scorable(rows: list[MeasuredRow], feats: dict[str, dict]) -> list[tuple[Meas
     return out
 
 
-def stored_rows(results_dir: str, tag: str) -> list[tuple[MeasuredRow, dict]]:
-    """`scorable` rows of a machine's fidelity data with the feature entries last stored for them (none computed)."""
+def stored_features(results_dir: str, tag: str) -> dict[str, dict]:
+    """The feature entries last stored for each row key in a tag's features file (none computed)."""
     suffix = f"_{tag}" if tag else ""
     feats = {}
     with open(os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl")) as f:
@@ -183,7 +183,14 @@ def stored_rows(results_dir: str, tag: str) -> list[tuple[MeasuredRow, dict]]:
             e = json.loads(line) if line.strip() else {}
             if "values" in e:
                 feats[e["key"]] = e
-    return scorable(read_rows(os.path.join(results_dir, f"fidelity_measurements_llvm{suffix}.jsonl")), feats)
+    return feats
+
+
+def stored_rows(results_dir: str, tag: str) -> list[tuple[MeasuredRow, dict]]:
+    """`scorable` rows of a machine's fidelity data with the feature entries last stored for them (none computed)."""
+    suffix = f"_{tag}" if tag else ""
+    return scorable(read_rows(os.path.join(results_dir, f"fidelity_measurements_llvm{suffix}.jsonl")),
+                    stored_features(results_dir, tag))
 
 
 def pairwise_accuracy(pred: np.ndarray, meas: np.ndarray) -> float:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 import numpy as np
-from fidelity_eval import metrics, read_rows, scorable, shipped_coefficients, suite_operator
+from costmodel_fidelity import parse_kernel_settings
+from fidelity_eval import metrics, read_rows, scorable, shipped_coefficients, stored_features, suite_operator
 from report_files import RESULTS, write_report
 
 import drytune as dt
@@ -35,27 +35,6 @@ from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import COEFF_DIR, Coefficients
 
 KERNEL, KERNEL_SERIAL = FEATURE_NAMES.index("kernel_cycles"), FEATURE_NAMES.index("kernel_serial_cycles")
-
-
-def parse_setting(text: str) -> dict[str, float]:
-    """'field=value,field=value' as overrides of the shipped kernel settings ('' or 'stored': none)."""
-    out: dict[str, float] = {}
-    for item in filter(None, text.split(",")):
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--setting expects FIELD=VALUE[,FIELD=VALUE], got {item!r}")
-        out[name] = float(value)
-    return out
-
-
-def stored_features(tag: str) -> dict[str, dict]:
-    feats = {}
-    with open(os.path.join(RESULTS, f"fidelity_features_llvm_{tag}.jsonl")) as f:
-        for line in f:
-            entry = json.loads(line) if line.strip() else {}
-            if "values" in entry:
-                feats[entry["key"]] = entry
-    return feats
 
 
 def kernel_features(rows: list, settings: list[dict[str, float]]) -> np.ndarray:
@@ -96,8 +75,8 @@ def main() -> int:
     ap.add_argument("--launch-cycles", type=float, default=1949.0, help="pinned parallel-region cost (0: fitted)")
     ap.add_argument("--tag", default=None, help="results: kernel_settings_sweep_TAG.md/json")
     args = ap.parse_args()
-    settings = [{}] + [parse_setting(s) for s in args.setting]
-    feats = stored_features(args.features_tag)
+    settings = [{}] + [parse_kernel_settings(s.split(","), "--setting") for s in args.setting]
+    feats = stored_features(RESULTS, args.features_tag)
     pairs = [(r, e) for r, e in scorable(read_rows(args.data), feats) if r.source == "random"]
     rows = [r for r, _ in pairs]
     stored = np.array([e["values"] for _, e in pairs])

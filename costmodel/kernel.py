@@ -859,8 +859,12 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fits = sum(n * vops for _, kind, _, n, inv in operands if hoistable(kind, inv)) + outputs <= cfg.registers
     # splats of operands invariant in the innermost iterating loop that LLVM builds again in the loop: the loop holds
     # this statement alone, and they do not fit the registers beside the outputs (`splat_lane_cycles`)
+    # a TVM vector wider than a register whose lane count is not a power of two (LLVM's vectorizers pick whole
+    # registers): its invariant operands are assembled lane by lane (`hoisted_by_lane`, `splat_lane_cycles`)
+    odd_tvm_vector = vec_loop is not None and vec_loop.kind == "vectorized" and e_v > lanes and bool(e_v & (e_v - 1))
     splats = sum(distinct for _, kind, distinct, _, inv in operands if kind == "scalar" and inv)
-    rebuilt_splats = inner_iter is not None and vec_loop is not None and splats * vops + outputs > cfg.registers \
+    rebuilt_splats = bool(cfg.splat_lane_cycles) and odd_tvm_vector and inner_iter is not None \
+        and splats * vops + outputs > cfg.registers \
         and all(other is leaf for other, _ in _subtree_paths(inner_iter, []))
     broadcasts = 0.0  # operands invariant in a loop LLVM vectorized: broadcast once before its vector iterations
     preheader = 0.0  # cycles before each run of the innermost iterating loop
@@ -872,8 +876,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         if kind == "contig":
             loads += n * pieces
             widened += n * widen
-            if cfg.hoisted_by_lane and e_v > lanes and e_v & (e_v - 1) and invariant \
-                    and vec_loop.kind == "vectorized":  # a TVM vector; LLVM's vectorizers pick whole registers
+            if cfg.hoisted_by_lane and odd_tvm_vector and invariant:
                 preheader += n * e_v * cfg.preheader_lane_cycles
         elif kind == "strided" and vec_loop.kind == "vectorized":
             # TVM's strided vector: one scalar load per distinct element, one insert per lane
@@ -899,8 +902,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
             loads += n
             if vectorized_iterating and vops > 1 and not a.conditional:
                 broadcasts += n
-            if cfg.splat_lane_cycles and invariant and rebuilt_splats and vec_loop.kind == "vectorized" \
-                    and e_v > lanes and e_v & (e_v - 1):
+            if rebuilt_splats and invariant:
                 shuffles += distinct * e_v * cfg.splat_lane_cycles
     chain = 0.0
     reload = 0.0  # cycles per body of storing and reloading register accumulators between runs of the loop
