@@ -40,6 +40,9 @@ class HardwareSpec:
     # LLVM's cost tables for this CPU price vector gathers low, so its loop vectorizer gathers a strided load whose
     # copies leave elements unread where for other CPUs it loads the rows whole and shuffles (`_GATHERING_CPUS`)
     llvm_gathers: bool = False
+    # cycles per lane a gather instruction adds beside other work where gathers are microcoded and stall the rest
+    # (`_SERIAL_GATHER_LANE_CYCLES`, `KernelConfig.gather_serial_lane_cycles`); 0: not measured or not so
+    gather_serial_lane_cycles: float = 0.0
     # the CPU whose calibration fits these cores when it is not the target's LLVM CPU: a virtual machine whose
     # hypervisor reports a server core with a client CPU model (`_MISREPORTED_CORES`); "" for the target's own
     core: str = ""
@@ -88,6 +91,9 @@ _DATAPATH_BITS = {"znver4": 256}
 # (tests/test_costmodel_kernel.py checks znver5 against skylake-avx512; znver4 seen the same way, znver3 and
 # sapphirerapids not)
 _GATHERING_CPUS = frozenset({"znver4", "znver5"})
+# Measured with benchmarks/serial_gathers.py (session 92, Zen 4): a vgatherqps of 8 lanes beside 24 independent zmm
+# FMAs adds 0.64 cycles per lane, a 16-lane vgatherdps 0.74. Other cores are not measured.
+_SERIAL_GATHER_LANE_CYCLES = {"znver4": 0.7}
 
 
 # Hypervisors can hand a guest another CPU model number than the silicon's, and LLVM names the host by it. A host
@@ -133,7 +139,8 @@ _CPU_CACHES: dict[str, tuple[int, int, int, int]] = {
 
 def _cpu_traits(cpu: str) -> dict[str, Any]:
     """The `HardwareSpec` fields that follow from the LLVM CPU name alone."""
-    traits: dict[str, Any] = {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS}
+    traits: dict[str, Any] = {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS,
+                              "gather_serial_lane_cycles": _SERIAL_GATHER_LANE_CYCLES.get(cpu, 0.0)}
     if cpu in _CPU_CACHES:
         l1, l1_ways, l2, l2_ways = _CPU_CACHES[cpu]
         traits.update(l1_bytes=l1, l1_ways=l1_ways, l2_bytes=l2, l2_ways=l2_ways)

@@ -89,9 +89,9 @@ def run_remeasure(ops: list[str], data: str, out: str, limit: int | None = None,
         print(f"{name:20s} measured {n:4d} candidates again in {time.perf_counter() - t0:6.1f}s", flush=True)
 
 
-def parse_kernel_settings(items: list[str] | None, option: str = "--kernel") -> dict[str, float] | None:
+def parse_kernel_settings(items: list[str] | None, option: str = "--kernel") -> dict[str, float | bool] | None:
     """`--kernel FIELD=VALUE` arguments (or another `option`'s) as a dict (None when none are given, {} for
-    'none')."""
+    'none'); VALUE is a number, or true/false for a switch."""
     if items is None:
         return None
     settings = {}
@@ -101,7 +101,8 @@ def parse_kernel_settings(items: list[str] | None, option: str = "--kernel") -> 
         name, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"{option} expects FIELD=VALUE or 'none', got {item!r}")
-        settings[name] = float(value)
+        switch = {"true": True, "false": False}.get(value.lower())
+        settings[name] = float(value) if switch is None else switch
     return settings
 
 

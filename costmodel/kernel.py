@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..target import HardwareSpec
@@ -137,6 +138,13 @@ class KernelConfig:
     # the same (docs/measurements-costmodel.md)
     hoisted_by_lane: bool = True
     preheader_lane_cycles: float = 1.0
+    # Cycles per lane that a gather instruction (LLVM's vectorizers emit them; TVM builds its own strided vectors lane
+    # by lane) adds to its body beside the other work, on cores whose gathers are microcoded and hold up the rest
+    # (`HardwareSpec.gather_serial_lane_cycles`; 0: they only share the load bound). On Zen 4 a vgatherqps of 8
+    # lanes beside 24 independent zmm FMAs adds 0.64 cycles per lane to the FMAs' time, a vgatherdps of 16 lanes 0.74,
+    # while 16 lanes loaded and inserted one by one add nothing (`benchmarks/serial_gathers.py`). The candidates that
+    # LLVM vectorized with gathers ran 1.4x their price (median of 188 Zen 4 rows, session 92)
+    gather_serial_lane_cycles: float = 0.0
     # A scalar operand broadcast to such a TVM vector (wider than a register, lane count not a power of two) is splatted
     # by LLVM with vinsertps, three per 128-bit piece (0.75 per lane), the pieces then joined, instead of one
     # vbroadcastss (x86 with AVX-512 and AVX2 alike: znver3, znver4 and skylake-avx512 at 12-80 lanes). The model
@@ -163,6 +171,14 @@ class KernelConfig:
     # 480 model instructions; 4 x 96 and 2 x 128 tiles, whose column loops alone exceed the budget or whose nest
     # reaches 960, were not)
     llvm_unroll_nest_factor: float = 2.0
+    # Off: size a body for LLVM's full unroll as instructions per statement instance x instances. On: as LLVM sees it
+    # after scalar promotion and common-subexpression elimination: `unroll_fp_insts` per FP operation per instance,
+    # one access per distinct address (an operand invariant in an unrolled loop once, a TVM vector's gathered operand
+    # a load and an insert per lane, a scalar splat two), and no load or store of an accumulator that the unrolled
+    # loop reduces into (promoted to a register). Session 92: the multiply-adds per run of the innermost asm loop match
+    # the model's in 267 of 390 sampled Zen 4 rows (259 off), Spearman 0.845 (0.838), but top-10 0.896 (0.912).
+    unroll_distinct_accesses: bool = False
+    unroll_fp_insts: float = 2.0
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only
     # `large_body_width` per cycle. Measured on Zen 5 (docs/measurements-costmodel.md, "Large unrolled bodies"): a
     # 1024-FMA GEMM body (1910 instructions) ran 1.7 instructions per cycle, 1.75x slower than the same tiles in a
@@ -304,7 +320,8 @@ class KernelConfig:
                    gapped_strides_gather=spec.llvm_gathers,
                    gather_vectorize=avx512, overlapping_strides_gather=avx512, guarded_strides_gather=avx512,
                    guarded_copies_gather=avx512,
-                   uniform_guard_masks=spec.arch == "x86", splat_lane_cycles=0.1875 if spec.arch == "x86" else 0.0)
+                   uniform_guard_masks=spec.arch == "x86", splat_lane_cycles=0.1875 if spec.arch == "x86" else 0.0,
+                   gather_serial_lane_cycles=spec.gather_serial_lane_cycles)
 
 
 @dataclass
@@ -608,13 +625,15 @@ def statement_trips(tree: LoopTree, cfg: KernelConfig | None = None) -> list[tup
             for _, items in statement_paths(tree) for leaf, path in items]
 
 
-def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_factor: float = 1.0
+def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_factor: float = 1.0,
+                body_insts: Callable[[list[LoopNode]], float] | None = None
                 ) -> tuple[list[LoopNode], list[LoopNode], list[LoopNode]]:
     """Split the loops around a statement into (iterating loops outer->inner, body loops, the body loops
     only LLVM unrolls): TVM's unrolling (explicit, or auto-unroll of a loop whose whole body, copied, stays
     within `max_step` statements: `_tvm_unroll`), then LLVM's full unrolling of small constant
     loops (unrolled body of at most `budget` instructions, `stmt_insts` per statement instance; a loop around one
-    LLVM already unrolled may take the body to `nest_factor` x `budget`)."""
+    LLVM already unrolled may take the body to `nest_factor` x `budget`); `body_insts`, when given, sizes the body
+    from its loops (innermost first) instead."""
     max_step = _unroll_step(path)
     body: list[LoopNode] = []
     by_llvm: list[LoopNode] = []
@@ -627,7 +646,8 @@ def _body_loops(path: list[LoopNode], stmt_insts: float, budget: float, nest_fac
         elif lp.kind == "unrolled" or (lp.kind == "serial" and max_step and not by_llvm
                                        and _tvm_unroll(lp, max_step)[1]):
             steps *= lp.extent
-        elif lp.kind == "serial" and steps * lp.extent * stmt_insts <= budget * (nest_factor if by_llvm else 1):
+        elif lp.kind == "serial" and (body_insts(body + [lp]) if body_insts else steps * lp.extent * stmt_insts) \
+                <= budget * (nest_factor if by_llvm else 1):
             steps *= lp.extent
             by_llvm.append(lp)
         else:
@@ -652,10 +672,38 @@ def _split_loops(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, cfg: 
     ints = sum(n for k, n in leaf.ops.items() if k in _INT_KINDS)
     lanes = spec.vector_lanes(32)
     stmt_insts = fp + len(leaf.accesses)
+    fp_insts, pieces = fp, 1
     if vec_path is not None:
         e = vec_path.extent
-        stmt_insts = fp * _vector_ops(e, lanes) + len(leaf.accesses) * _memory_pieces(e, lanes)
-    return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget, cfg.llvm_unroll_nest_factor))
+        fp_insts, pieces = fp * _vector_ops(e, lanes), _memory_pieces(e, lanes)
+        stmt_insts = fp_insts + len(leaf.accesses) * pieces
+    sizer = _distinct_body_size(leaf, vec_path, fp_insts * cfg.unroll_fp_insts, pieces) \
+        if cfg.unroll_distinct_accesses else None
+    return (fp, lane_calls, ints, *_body_loops(path, stmt_insts, cfg.llvm_unroll_budget, cfg.llvm_unroll_nest_factor,
+                                               sizer))
+
+
+def _distinct_body_size(leaf: StmtLeaf, vec_path: LoopNode | None, fp_insts: float, pieces: int
+                        ) -> Callable[[list[LoopNode]], float]:
+    """Instructions of `leaf`'s body unrolled over given loops, one per distinct address
+    (`KernelConfig.unroll_distinct_accesses`)."""
+    writes = [a for a in leaf.accesses if a.is_write]
+    out = (writes[0].buffer, tuple(map(str, writes[0].indices))) if writes else None
+    out_vars = _access_vars(writes[0]) if writes else set()
+    accesses = {(a.buffer, tuple(map(str, a.indices)), a.is_write): a for a in leaf.accesses}
+
+    def insts(a: Access) -> float:
+        if vec_path is None:
+            return 1.0
+        return {"contig": float(pieces), "scalar": 2.0}.get(_access_kind(a, vec_path.var), 2.0 * vec_path.extent)
+
+    def size(loops: list[LoopNode]) -> float:
+        ext = {lp.var: lp.extent for lp in loops if lp.kind != "vectorized"}
+        promoted = out is not None and loops[-1].var not in out_vars
+        return math.prod(ext.values()) * fp_insts + sum(_distinct(a, ext) * insts(a) for (buf, idx, _), a
+                                                        in accesses.items() if not (promoted and (buf, idx) == out))
+
+    return size
 
 
 def register_buffers(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig) -> frozenset[str]:
@@ -973,6 +1021,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
     overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
+    serial_gathers = gathers * cfg.gather_serial_lane_cycles \
+        if vec_loop is not None and vec_loop.kind != "vectorized" else 0.0  # gather instructions, not TVM's lanes
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": (loads + acc_stores) * (pumped if cfg.pump_loads else 1) / cfg.load_ports + gathers * cfg.gather_cost,
@@ -990,7 +1040,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         calls += sites * cfg.cold_call_cycles
     if sites and vec_loop is not None and vec_loop.kind == "vectorized" and e_v >= lanes:
         calls += sites * cfg.libm_vector_lane_cycles
-    body_cycles = per_body[bound] + calls + reload + (0.0 if cfg.loop_overhead_overlaps else overhead)
+    body_cycles = per_body[bound] + calls + reload + serial_gathers \
+        + (0.0 if cfg.loop_overhead_overlaps else overhead)
     if preheader:
         body_cycles += preheader / inner_iter.extent
     executions = leaf.trips / max(1, stmts * e_v)
@@ -1003,7 +1054,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
                        accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader,
-                       reload=reload, uops=uops, acc_in_memory=acc_in_memory)
+                       reload=reload, uops=uops, acc_in_memory=acc_in_memory, llvm_vectorized=vectorized_iterating,
+                       serial_gathers=serial_gathers)
     return executions * body_cycles, bound
 
 

@@ -1404,3 +1404,31 @@ def test_a_convolution_pick_that_splats_its_weights_lane_by_lane_is_priced_with_
     assert "\tvinsertps" not in asm and "\tvbroadcastss" in asm
     _, det = _details(s_tir.Schedule(mod), "depthwise_conv_update", cfg, spec)
     assert det["lanes"] == 28 and det["shuffle"] == 0
+
+
+def test_gather_instructions_from_llvms_vectorizer_add_their_lanes_to_the_body_on_zen4():
+    """batch_matmul with no TVM vector: LLVM vectorizes the 16-column loop around 24 unrolled multiply-adds and
+    gathers B (64 floats apart) with 12 vgatherqps of 8 lanes each, hoisted out of the 8-row loop. On Zen 4 a
+    gather adds 0.7 cycles per lane beside the FMAs (benchmarks/serial_gathers.py), so the body pays 12 x 8 x 0.7 / 8
+    cycles on top of its bound; skylake-avx512 is not measured and pays nothing. TVM's own 8-lane vector of the same
+    operand is built with vinsertps, no gather instruction, and is not charged."""
+    mod, asm, spec = _znver4_pick("batch_matmul", "batch_matmul/1", {
+        "C/R3": [32, 2], "C/S0": [1, 1, 4, 3], "C/S1": [2, 2, 8, 4], "C/S2": [1, 8, 16, 1], "C/parallel": 4,
+        "C/unroll": 2, "C/vectorize": 0})
+    assert asm.count("\tvgatherqps") == 12
+    cfg = KernelConfig.for_spec(spec)
+    assert cfg.gather_serial_lane_cycles == 0.7
+    _, det = _details(s_tir.Schedule(mod), "C_update", cfg, spec)
+    assert det["llvm_vectorized"] and det["lanes"] == 16 and det["gathers"] == 12 * 8 / 8
+    assert det["serial_gathers"] == pytest.approx(det["gathers"] * 0.7)
+    _, det_off = _details(s_tir.Schedule(mod), "C_update", dataclasses.replace(cfg, gather_serial_lane_cycles=0), spec)
+    assert det_off["serial_gathers"] == 0
+    assert det["body_cycles"] == pytest.approx(det_off["body_cycles"] + det["serial_gathers"])
+    assert KernelConfig.for_spec(dt.resolve_target({"kind": "llvm", "mcpu": "skylake-avx512"})[1]
+                                 ).gather_serial_lane_cycles == 0
+    mod, asm, spec = _znver4_pick("batch_matmul", "batch_matmul/0", {
+        "C/R3": [8, 8], "C/S0": [6, 1, 2, 1], "C/S1": [2, 2, 4, 8], "C/S2": [4, 1, 4, 8], "C/parallel": 0,
+        "C/unroll": 1, "C/vectorize": 0})
+    assert "\tvgather" not in asm and "\tvinsertps" in asm
+    _, det = _details(s_tir.Schedule(mod), "C_update", cfg, spec)
+    assert det["gathers"] > 0 and not det["llvm_vectorized"] and det["serial_gathers"] == 0
