@@ -141,9 +141,9 @@ class KernelConfig:
     # Cycles per lane that a gather instruction (LLVM's vectorizers emit them; TVM builds its own strided vectors lane
     # by lane) adds to its body beside the other work, on cores whose gathers are microcoded and hold up the rest
     # (`HardwareSpec.gather_serial_lane_cycles`; 0: they only share the load bound). On Zen 4 a vgatherqps of 8
-    # lanes beside 24 independent zmm FMAs adds 0.64 cycles per lane to the FMAs' time, a vgatherdps of 16 lanes 0.74,
-    # while 16 lanes loaded and inserted one by one add nothing (`benchmarks/serial_gathers.py`). The candidates that
-    # LLVM vectorized with gathers ran 1.4x their price (median of 188 Zen 4 rows, session 92)
+    # lanes beside 24 independent zmm FMAs adds 0.67 cycles per lane to the FMAs' time (1.56 alone), a vgatherdps of
+    # 16 lanes 0.74, while 16 lanes loaded and inserted one by one add 0.02 (`benchmarks/serial_gathers.py`). The
+    # candidates that LLVM vectorized with gathers ran 1.4x their price (median of 188 Zen 4 rows, session 92)
     gather_serial_lane_cycles: float = 0.0
     # A scalar operand broadcast to such a TVM vector (wider than a register, lane count not a power of two) is splatted
     # by LLVM with vinsertps, three per 128-bit piece (0.75 per lane), the pieces then joined, instead of one
@@ -176,7 +176,8 @@ class KernelConfig:
     # one access per distinct address (an operand invariant in an unrolled loop once, a TVM vector's gathered operand
     # a load and an insert per lane, a scalar splat two), and no load or store of an accumulator that the unrolled
     # loop reduces into (promoted to a register). Session 92: the multiply-adds per run of the innermost asm loop match
-    # the model's in 267 of 390 sampled Zen 4 rows (259 off), Spearman 0.845 (0.838), but top-10 0.896 (0.912).
+    # the model's in 267 of 420 sampled Zen 4 rows (259 off; `benchmarks/loop_structure.py`), held out Spearman 0.850
+    # (0.839) but top-10 0.904 (0.915).
     unroll_distinct_accesses: bool = False
     unroll_fp_insts: float = 2.0
     # An unrolled body of more micro-ops than `large_body_uops` whose accumulators go through memory issues only

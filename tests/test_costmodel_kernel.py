@@ -1432,3 +1432,21 @@ def test_gather_instructions_from_llvms_vectorizer_add_their_lanes_to_the_body_o
     assert "\tvgather" not in asm and "\tvinsertps" in asm
     _, det = _details(s_tir.Schedule(mod), "C_update", cfg, spec)
     assert det["gathers"] > 0 and not det["llvm_vectorized"] and det["serial_gathers"] == 0
+
+
+def test_sizing_llvms_full_unroll_by_distinct_addresses_unrolls_a_reduction_over_promoted_accumulators():
+    """batch_matmul with 4 rows unrolled by TVM inside a 16-step reduction loop: LLVM promotes the 4 accumulators
+    (invariant in that loop) to registers, so the unrolled loop holds 64 multiply-adds, 64 loads of A and 16 of B, and
+    it unrolls it, then vectorizes the 16-column loop around (64 vfmadd, B gathered). Counting every access of every
+    copy the model kept it rolled (4 scalar statements per body, priced 6x the measured time);
+    `unroll_distinct_accesses` sizes the body as LLVM does."""
+    mod, asm, spec = _znver4_pick("batch_matmul", "batch_matmul/1", {
+        "C/R3": [4, 16], "C/S0": [3, 4, 1, 1], "C/S1": [2, 4, 4, 4], "C/S2": [2, 4, 16, 1], "C/parallel": 1,
+        "C/unroll": 1, "C/vectorize": 3})
+    assert asm.count("\tvfmadd") == 64 and asm.count("\tvgatherqps") == 32
+    cfg = KernelConfig.for_spec(spec)
+    _, rolled = _details(s_tir.Schedule(mod), "C_update", cfg, spec)
+    assert rolled["statements"] == 4 and rolled["lanes"] == 1 and rolled["inner_extent"] == 16
+    _, unrolled = _details(s_tir.Schedule(mod), "C_update", dataclasses.replace(cfg, unroll_distinct_accesses=True),
+                           spec)
+    assert unrolled["statements"] == 64 and unrolled["lanes"] == 16 and unrolled["llvm_vectorized"]
