@@ -1,9 +1,33 @@
-"""Shared pieces of the one-thread kernel microbenchmarks (`hoisted_lanes.py`, `register_tiles.py`, `libm_calls.py`)."""
+"""Shared pieces of the one-thread kernel microbenchmarks (`hoisted_lanes.py`, `register_tiles.py`, `libm_calls.py`,
+and the C ones: `widened_vectors.py`, `serial_gathers.py`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_c_cases(source: str, rounds: int, iters: int) -> dict[str, list[float]]:
+    """Build `source` (a C file beside this one, AVX-512 intrinsics) and run it for `rounds` and `iters`; it prints
+    `ROUND CASE NS` lines: ns of each case in each round."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, os.path.splitext(source)[0])
+        subprocess.run([cc, "-O2", "-mavx512f", "-mavx512dq", "-mfma", "-o", exe, os.path.join(HERE, source)],
+                       check=True)
+        out = subprocess.run([exe, str(rounds), str(iters)], check=True, capture_output=True, text=True).stdout
+    times: dict[str, list[float]] = {}
+    for line in out.splitlines():
+        _, name, ns = line.split()
+        times.setdefault(name, []).append(float(ns))
+    return times
 
 
 def parse_args(doc: str | None) -> argparse.Namespace:

@@ -12,17 +12,13 @@ alone if it ran serially.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
+from microbench import run_c_cases
 from report_files import write_report
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # case: (FMA-only case beside it or None, gathers per iteration, lanes per gather)
 CASES = {
     "q8x1": (None, 1, 8), "q8x2": (None, 2, 8), "d16x1": (None, 1, 16), "ins16x1": (None, 1, 16),
@@ -31,30 +27,13 @@ CASES = {
 }
 
 
-def run(rounds: int, iters: int) -> dict[str, list[float]]:
-    """ns per iteration of each case in each round."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
-    with tempfile.TemporaryDirectory() as d:
-        exe = os.path.join(d, "serial_gathers")
-        subprocess.run([cc, "-O2", "-mavx512f", "-mavx512dq", "-mfma", "-o", exe,
-                        os.path.join(HERE, "serial_gathers.c")], check=True)
-        out = subprocess.run([exe, str(rounds), str(iters)], check=True, capture_output=True, text=True).stdout
-    times: dict[str, list[float]] = {}
-    for line in out.splitlines():
-        _, name, ns = line.split()
-        times.setdefault(name, []).append(float(ns))
-    return times
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=1000000)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    times = run(args.rounds, args.iters)
+    times = run_c_cases("serial_gathers.c", args.rounds, args.iters)
     ns_cycle = statistics.median(t / 24 for t in times["fma24"])  # one zmm FMA per cycle
     rows = []
     for name, (beside, gathers, lanes) in CASES.items():

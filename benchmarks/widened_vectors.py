@@ -10,35 +10,14 @@ ns per update and the median per-round ratio to the whole register of the same w
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
+from microbench import run_c_cases
 from report_files import write_report
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 BASELINE = {"zmm": "zmm16_stride16", "ymm": "ymm8_stride8"}
-
-
-def run(rounds: int, iters: int) -> dict[str, list[float]]:
-    """ns per accumulator update of each case in each round."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
-    with tempfile.TemporaryDirectory() as d:
-        exe = os.path.join(d, "widened_vectors")
-        subprocess.run([cc, "-O2", "-mavx512f", "-mavx512dq", "-mfma", "-o", exe,
-                        os.path.join(HERE, "widened_vectors.c")], check=True)
-        out = subprocess.run([exe, str(rounds), str(iters)], check=True, capture_output=True, text=True).stdout
-    times: dict[str, list[float]] = {}
-    for line in out.splitlines():
-        _, name, ns = line.split()
-        times.setdefault(name, []).append(float(ns))
-    return times
 
 
 def main() -> int:
@@ -47,7 +26,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=200000)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    times = run(args.rounds, args.iters)
+    times = run_c_cases("widened_vectors.c", args.rounds, args.iters)
     rows = []
     for name, ts in times.items():
         base = BASELINE[name[:3]]
