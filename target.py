@@ -92,7 +92,7 @@ _DATAPATH_BITS = {"znver4": 256}
 # sapphirerapids not)
 _GATHERING_CPUS = frozenset({"znver4", "znver5"})
 # Measured with benchmarks/serial_gathers.py (session 92, Zen 4): a vgatherqps of 8 lanes beside 24 independent zmm
-# FMAs adds 0.67 cycles per lane, a 16-lane vgatherdps 0.74. Other cores are not measured.
+# FMAs adds 0.67 cycles per lane, a 16-lane vgatherdps 0.73. Other cores are not measured.
 _SERIAL_GATHER_LANE_CYCLES = {"znver4": 0.7}
 
 

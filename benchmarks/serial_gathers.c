@@ -2,7 +2,7 @@
  * case runs G gathers and F zmm FMAs per iteration; the FMAs feed 6 independent chains and the gathers read 8 or 16
  * floats 64 apart from an L1-resident buffer, so neither waits on the other. If the core overlapped them, a mixed
  * case would take as long as the slower part; on Zen 4 it takes their sum. TVM's own strided vectors are built lane
- * by lane (vmovss, vinsertps) instead: the `ins` cases time those. */
+ * by lane (vmovss, vinsertps) instead: the `ins` cases time those; the `s` cases scatter 8 lanes (vscatterqps). */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +33,9 @@ static inline __m512 inserts16(const float* p) {
                               q[3], 3);
 }
 
+/* 8 lanes scattered with 64-bit indices (vscatterqps ymm), each case's own lines */
+static inline void scatter_q8(float* p, __m512i idx, __m256 v) { _mm512_i64scatter_ps(p, idx, v, 4); }
+
 #define CASE(NAME, KIND, G, F)                                                                        \
     __attribute__((noinline)) static double NAME(long iters) {                                        \
         __m512i iq = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(64)); \
@@ -47,7 +50,8 @@ static inline __m512 inserts16(const float* p) {
             for (int q = 0; q < G; q++) {                                                             \
                 if (KIND == 0) g = _mm512_add_ps(g, _mm512_castps256_ps512(gather_q8(p + q, iq)));    \
                 else if (KIND == 1) g = _mm512_add_ps(g, gather_d16(p + q, id));                      \
-                else g = _mm512_add_ps(g, inserts16(p + q));                                          \
+                else if (KIND == 2) g = _mm512_add_ps(g, inserts16(p + q));                           \
+                else scatter_q8(buf + 8192 + q * 4096 + (i & 63), iq, _mm512_castps512_ps256(c));       \
             }                                                                                         \
             for (int f = 0; f < F; f += 6) {                                                          \
                 a0 = _mm512_fmadd_ps(a0, m, c); a1 = _mm512_fmadd_ps(a1, m, c); a2 = _mm512_fmadd_ps(a2, m, c); \
@@ -72,6 +76,8 @@ CASE(d16x1, 1, 1, 0)
 CASE(d16x1_fma24, 1, 1, 24)
 CASE(ins16x1, 2, 1, 0)
 CASE(ins16x1_fma24, 2, 1, 24)
+CASE(s8x1, 3, 1, 0)
+CASE(s8x1_fma24, 3, 1, 24)
 
 int main(int argc, char** argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
@@ -80,7 +86,7 @@ int main(int argc, char** argv) {
     struct { const char* name; double (*fn)(long); } cases[] = {
         {"fma24", fma24}, {"fma48", fma48}, {"q8x1", q8x1}, {"q8x2", q8x2}, {"q8x1_fma24", q8x1_fma24},
         {"q8x2_fma48", q8x2_fma48}, {"d16x1", d16x1}, {"d16x1_fma24", d16x1_fma24}, {"ins16x1", ins16x1},
-        {"ins16x1_fma24", ins16x1_fma24}};
+        {"ins16x1_fma24", ins16x1_fma24}, {"s8x1", s8x1}, {"s8x1_fma24", s8x1_fma24}};
     for (int r = 0; r < rounds; r++)
         for (unsigned k = 0; k < sizeof cases / sizeof cases[0]; k++)
             printf("%d %s %.4f\n", r, cases[k].name, cases[k].fn(iters) * 1e9);

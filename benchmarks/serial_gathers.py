@@ -23,7 +23,7 @@ from report_files import write_report
 CASES = {
     "q8x1": (None, 1, 8), "q8x2": (None, 2, 8), "d16x1": (None, 1, 16), "ins16x1": (None, 1, 16),
     "q8x1_fma24": ("fma24", 1, 8), "q8x2_fma48": ("fma48", 2, 8), "d16x1_fma24": ("fma24", 1, 16),
-    "ins16x1_fma24": ("fma24", 1, 16),
+    "ins16x1_fma24": ("fma24", 1, 16), "s8x1": (None, 1, 8), "s8x1_fma24": ("fma24", 1, 8),
 }
 
 
@@ -54,7 +54,8 @@ def main() -> int:
              f"One thread; medians over {args.rounds} interleaved rounds. Cycle = the 24-FMA case's time / 24 "
              f"({ns_cycle:.4f} ns; one zmm FMA per cycle). FMAs alone: 24 in "
              f"{report['fma_only_ns']['fma24']:.3f} ns, 48 in {report['fma_only_ns']['fma48']:.3f} ns. "
-             "`q8`: vgatherqps, 8 lanes; `d16`: vgatherdps, 16 lanes; `ins16`: 16 vmovss/vinsertps lanes.", "",
+             "`q8`: vgatherqps, 8 lanes; `d16`: vgatherdps, 16 lanes; `ins16`: 16 vmovss/vinsertps lanes; `s8`: "
+             "vscatterqps, 8 lanes.", "",
              "| case | ns per iteration | cycles | cycles per lane alone | cycles per lane added beside the FMAs |",
              "|---|---|---|---|---|"]
 

@@ -142,7 +142,7 @@ class KernelConfig:
     # by lane) adds to its body beside the other work, on cores whose gathers are microcoded and hold up the rest
     # (`HardwareSpec.gather_serial_lane_cycles`; 0: they only share the load bound). On Zen 4 a vgatherqps of 8
     # lanes beside 24 independent zmm FMAs adds 0.67 cycles per lane to the FMAs' time (1.56 alone), a vgatherdps of
-    # 16 lanes 0.74, while 16 lanes loaded and inserted one by one add 0.02 (`benchmarks/serial_gathers.py`). The
+    # 16 lanes 0.73, while 16 lanes loaded and inserted one by one add 0.01 (`benchmarks/serial_gathers.py`). The
     # candidates that LLVM vectorized with gathers ran 1.4x their price (median of 188 Zen 4 rows, session 92)
     gather_serial_lane_cycles: float = 0.0
     # A scalar operand broadcast to such a TVM vector (wider than a register, lane count not a power of two) is splatted
