@@ -52,18 +52,26 @@ def kernel_features(rows: list, settings: list[dict[str, float]]) -> np.ndarray:
     return out
 
 
-def held_out(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float) -> dict[str, dict]:
-    """Leave-one-operator-out metrics of the log fit, as `fidelity_eval.evaluate` computes them."""
+def held_out_predictions(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float
+                         ) -> np.ndarray:
+    """Each row's prediction (cycles) by the log fit on the other operators' rows, as `fidelity_eval.evaluate`
+    fits them."""
     spec = dt.resolve_target("llvm")[1]
     default = Coefficients.load(os.path.join(COEFF_DIR, f"{spec.arch}-default.json")).vector()
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
-    result = {}
+    pred = np.zeros(len(seconds))
     for op in sorted(set(ops)):
         train = ops != op
         coef = fit_log_ranking(values[train], seconds[train], spec.freq_ghz, groups=ops[train], init=default,
                                fixed=fixed)
-        result[op] = metrics(values[~train] @ coef, seconds[~train])
-    return result
+        pred[~train] = values[~train] @ coef
+    return pred
+
+
+def held_out(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float) -> dict[str, dict]:
+    """Leave-one-operator-out metrics of the log fit, as `fidelity_eval.evaluate` computes them."""
+    pred = held_out_predictions(values, seconds, ops, launch_cycles)
+    return {op: metrics(pred[ops == op], seconds[ops == op]) for op in sorted(set(ops))}
 
 
 def main() -> int:
