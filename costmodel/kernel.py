@@ -1022,8 +1022,8 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
     overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
-    serial_gathers = gathers * cfg.gather_serial_lane_cycles \
-        if vec_loop is not None and vec_loop.kind != "vectorized" else 0.0  # gather instructions, not TVM's lanes
+    llvm_vector = vec_loop is not None and vec_loop.kind != "vectorized"  # vectorized by LLVM, not TVM
+    serial_gathers = gathers * cfg.gather_serial_lane_cycles if llvm_vector else 0.0  # gather instructions
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
         "load": (loads + acc_stores) * (pumped if cfg.pump_loads else 1) / cfg.load_ports + gathers * cfg.gather_cost,
@@ -1055,7 +1055,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        inner_extent=inner_iter.extent if inner_iter is not None else 1,
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
                        accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader,
-                       reload=reload, uops=uops, acc_in_memory=acc_in_memory, llvm_vectorized=vectorized_iterating,
+                       reload=reload, uops=uops, acc_in_memory=acc_in_memory, llvm_vectorized=llvm_vector,
                        serial_gathers=serial_gathers)
     return executions * body_cycles, bound
 
