@@ -27,7 +27,7 @@ from space_ablation import operator_task
 
 from drytune.annotate.candidate import Candidate
 from drytune.costmodel.cpu_features import parallel_speedup
-from drytune.costmodel.kernel import multiply_add_inputs, register_buffers, statement_cycles, statement_paths
+from drytune.costmodel.kernel import statement_details
 from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import StaticCostModel
 from drytune.space import SearchSpace
@@ -38,16 +38,7 @@ BOUNDS = ("fp", "load", "store", "issue", "latency")
 def body_row(model: StaticCostModel, cand: Candidate, measured_us: float) -> dict:
     """The costliest statement's body of `cand`: the model's bounds and cycles per body, and the measured cycles."""
     tree = LoopTree.from_mod(cand.to_mod())
-    regs = register_buffers(tree, model.spec, model.kernel)
-    fma_inputs = multiply_add_inputs(tree, regs)
-    worst = None
-    for _, items in statement_paths(tree):
-        for leaf, path in items:
-            det: dict = {}
-            cycles, bound = statement_cycles(leaf, path, model.spec, model.kernel, det, regs, fma_inputs)
-            if worst is None or cycles > worst[0]:
-                worst = (cycles, bound, det)
-    cycles, bound, det = worst
+    _, _, bound, det = max(statement_details(tree, model.spec, model.kernel), key=lambda s: s[1])
     speedup, _ = parallel_speedup(tree, model.spec.cores)
     per_core_bodies = det["executions"] / speedup
     return {"sketch": cand.sketch.name, "bound": bound, "bounds": {b: det[b] for b in BOUNDS},

@@ -23,10 +23,9 @@ from costmodel_fidelity import parse_kernel_settings
 from fidelity_eval import suite_operator
 from report_files import write_report
 
-import drytune  # noqa: F401  (registers the suite operators before the workers unpickle rows)
 from drytune.costmodel.asm import parse_asm
 from drytune.costmodel.dataset import MeasuredRow, read_rows
-from drytune.costmodel.kernel import multiply_add_inputs, register_buffers, statement_cycles, statement_paths
+from drytune.costmodel.kernel import statement_details
 from drytune.costmodel.looptree import LoopTree
 
 FMA_PREFIXES = ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub", "fmla", "fmadd")
@@ -36,16 +35,8 @@ _OPERATORS: dict = {}
 def model_multiply_adds(tree: LoopTree, model, cfg) -> int:
     """The kernel model's multiply-add instructions per run of the innermost iterating loop, the largest over the
     statements that multiply-add."""
-    regs = register_buffers(tree, model.spec, cfg)
-    inputs = multiply_add_inputs(tree, regs)
-    best = 0
-    for _, items in statement_paths(tree):
-        for leaf, path in items:
-            if leaf.ops.get("fma"):
-                det: dict = {}
-                statement_cycles(leaf, path, model.spec, cfg, det, regs, inputs)
-                best = max(best, round(det["statements"] * det["vector_ops"] * leaf.ops["fma"] * det["inner_extent"]))
-    return best
+    return max((round(det["statements"] * det["vector_ops"] * leaf.ops["fma"] * det["inner_extent"])
+                for leaf, _, _, det in statement_details(tree, model.spec, cfg) if leaf.ops.get("fma")), default=0)
 
 
 def asm_multiply_adds(asm: str, arch: str) -> int | None:
@@ -66,17 +57,14 @@ def asm_multiply_adds(asm: str, arch: str) -> int | None:
 
 
 def _compare(job: tuple[MeasuredRow, list[dict]]) -> tuple[str, str, list[int], int | None]:
-    import tvm
-
     row, settings = job
     if row.op not in _OPERATORS:
         _OPERATORS[row.op] = suite_operator(row.op)
-    task, space, model = _OPERATORS[row.op]
+    _, space, model = _OPERATORS[row.op]
     mod = row.candidate(space).to_mod()
     tree = LoopTree.from_mod(mod)
     predicted = [model_multiply_adds(tree, model, dataclasses.replace(model.kernel, **s)) for s in settings]
-    asm = tvm.compile(mod, target=tvm.target.Target(task.target)).mod.inspect_source("asm")
-    return row.op, row.sketch, predicted, asm_multiply_adds(asm, model.spec.arch)
+    return row.op, row.sketch, predicted, asm_multiply_adds(model.assembly_of_module(mod), model.spec.arch)
 
 
 def main() -> int:

@@ -1101,6 +1101,21 @@ def libm_lane_cycles(tree: LoopTree, cfg: KernelConfig | None = None) -> float:
     return sum(trips * cfg.call_costs(leaf.ops)[1] for leaf, trips in statement_trips(tree, cfg))
 
 
+def statement_details(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig
+                      ) -> list[tuple[StmtLeaf, float, str, dict]]:
+    """Every statement of `tree` with its cycles, dominant bound and body details, priced as `kernel_cycles` prices
+    it (the tree's register-held intermediates and multiply-add inputs), for reports and checks."""
+    registers = register_buffers(tree, spec, cfg)
+    fma_inputs = multiply_add_inputs(tree, registers)
+    out = []
+    for _, items in statement_paths(tree):
+        for leaf, path in items:
+            det: dict = {}
+            cycles, bound = statement_cycles(leaf, path, spec, cfg, det, registers, fma_inputs)
+            out.append((leaf, cycles, bound, det))
+    return out
+
+
 def kernel_cycles(tree: LoopTree, spec: HardwareSpec, cfg: KernelConfig | None = None) -> KernelEstimate:
     """Compute cycles of the whole program per core: each root nest's statements divided by its parallel
     speed-up on `spec.cores` (ceil load imbalance over the first parallel loop), plus the lines it reads that

@@ -29,6 +29,7 @@ from drytune.costmodel.kernel import (
     register_buffers,
     remote_lines,
     statement_cycles,
+    statement_details,
     statement_paths,
     statement_trips,
 )
@@ -1450,3 +1451,15 @@ def test_sizing_llvms_full_unroll_by_distinct_addresses_unrolls_a_reduction_over
     _, unrolled = _details(s_tir.Schedule(mod), "C_update", dataclasses.replace(cfg, unroll_distinct_accesses=True),
                            spec)
     assert unrolled["statements"] == 64 and unrolled["lanes"] == 16 and unrolled["llvm_vectorized"]
+
+
+def test_statement_details_price_each_statement_as_kernel_cycles_does():
+    """The per-statement details that reports and checks read add up to the program's serial kernel cycles (no
+    cross-core lines), one entry per statement, with its bound and body numbers."""
+    sch = _matmul(M=8, N=64, K=64)
+    tree = LoopTree.from_mod(sch.mod)
+    cfg = dataclasses.replace(CFG, remote_line_cycles=0.0)
+    details = statement_details(tree, SPEC, cfg)
+    assert [leaf.block for leaf, _, _, _ in details] == ["C", "C"]  # the init and the update of the reduction
+    assert sum(cycles for _, cycles, _, _ in details) == pytest.approx(kernel_cycles(tree, SPEC, cfg).serial_cycles)
+    assert all(bound in det and det["body_cycles"] > 0 for _, _, bound, det in details)
