@@ -63,6 +63,10 @@ class KernelConfig:
     # timed alone there (benchmarks/tile_peak.py) took 0.9-1.3 cycles per load, a broadcast as much as a full vector,
     # so an 8 x 32 tile (10 loads per 16 FMAs) ran at 61-64% of the FMA peak and a 4 x 64 tile (8 loads) at 77-79%
     load_ports: float = 2.0
+    # Loads per cycle of a statement whose operations are narrower than a full register (scalar code, or TVM
+    # vectors of xmm or ymm width); 0: `load_ports`. Screened on the Emerald Rapids rows, where `load_ports` 1
+    # came from full-width GEMM tiles (session 93)
+    narrow_load_ports: float = 0.0
     store_ports: float = 1.0
     shuffle_ports: float = 1.0
     issue_width: float = 6.0
@@ -1024,9 +1028,10 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
     llvm_vector = vec_loop is not None and vec_loop.kind != "vectorized"  # vectorized by LLVM, not TVM
     serial_gathers = gathers * cfg.gather_serial_lane_cycles if llvm_vector else 0.0  # gather instructions
+    load_ports = cfg.narrow_load_ports if cfg.narrow_load_ports and op_lanes < lanes else cfg.load_ports
     per_body = {
         "fp": (fp_slots + widened * cfg.widen_cost) / cfg.fp_pipes,
-        "load": (loads + acc_stores) * (pumped if cfg.pump_loads else 1) / cfg.load_ports + gathers * cfg.gather_cost,
+        "load": (loads + acc_stores) * (pumped if cfg.pump_loads else 1) / load_ports + gathers * cfg.gather_cost,
         "store": stores * store_slots / cfg.store_ports,
         "shuffle": shuffles / cfg.shuffle_ports,
         "issue": uops / width,

@@ -491,6 +491,20 @@ def test_pumped_loads_take_two_port_slots_per_full_width_vector():
     assert half_pumped["load"] == pytest.approx(half["load"])
 
 
+def test_loads_of_operations_narrower_than_a_register_take_the_narrow_load_ports():
+    """`narrow_load_ports` (Emerald Rapids: benchmarks/load_widths.py measured scalar loads at 1.42x and xmm at 1.33x
+    the rate of zmm ones) divides the loads of a 2- or 4-lane copy, not those of a 16-lane one nor of an unsplit copy
+    loop, which LLVM's vectorizer runs on whole registers."""
+    one_port = dataclasses.replace(CFG, load_ports=1.0)
+    narrow = dataclasses.replace(one_port, narrow_load_ports=1.4)
+    for vector, faster in ((2, True), (4, True), (16, False), (1, False)):
+        copy = _unary(lambda x: x, vector=vector)
+        _, base = _details(copy, "B", cfg=one_port)
+        _, got = _details(copy, "B", cfg=narrow)
+        assert base["load"] > 0 and got["loads"] == base["loads"]
+        assert got["load"] == pytest.approx(base["load"] / 1.4 if faster else base["load"])
+
+
 @pytest.mark.parametrize("k_inner", [32, 64])
 def test_accumulators_are_stored_and_reloaded_at_every_run_of_the_reduction_loop(k_inner):
     """Each run of the inner k loop works on another 4 x 16 tile (the row-block loop around it moves the output),
