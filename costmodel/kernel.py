@@ -64,8 +64,9 @@ class KernelConfig:
     # so an 8 x 32 tile (10 loads per 16 FMAs) ran at 61-64% of the FMA peak and a 4 x 64 tile (8 loads) at 77-79%
     load_ports: float = 2.0
     # Loads per cycle of a statement whose operations are narrower than a full register (scalar code, or TVM
-    # vectors of xmm or ymm width); 0: `load_ports`. Screened on the Emerald Rapids rows, where `load_ports` 1
-    # came from full-width GEMM tiles (session 93)
+    # vectors of xmm or ymm width); 0: `load_ports`. On Emerald Rapids scalar loads run 1.42x and xmm ones 1.33x
+    # the zmm rate (benchmarks/load_widths.py), and 1.4 ranks that machine's rows better (Spearman +0.019), but no
+    # file sets it: searches with it picked no faster kernels (benchmarks/file_ab.py, session 93)
     narrow_load_ports: float = 0.0
     store_ports: float = 1.0
     shuffle_ports: float = 1.0
