@@ -24,7 +24,7 @@ from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import cycles_per_fp_lane, repair_fma_counts, stack_accesses_per_fp_lane, tir_fp_lanes
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
-from .listsched import ListScheduler
+from .listsched import ListScheduler, SchedConfig
 from .looptree import LoopNode, LoopTree, StmtLeaf
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,9 @@ class CPUFeatureExtractor:
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))
         self.scheduler = ListScheduler.for_spec(spec, cpu=mcpu or None)
+        # the assembly's FP rate: loop bodies per iteration in steady state where the kernel settings ask for it
+        self.fp_scheduler = ListScheduler.for_spec(spec, SchedConfig(steady_state=True), cpu=mcpu or None) \
+            if self.kernel.steady_state_fp_rate else self.scheduler
         self.footprints = default_counter(DataMoveConfig())
 
     def assembly(self, mod: tvm.IRModule) -> str:
@@ -176,7 +179,7 @@ class CPUFeatureExtractor:
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
         kern = kernel_cycles(tree, self.spec, self.kernel)
-        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks)
+        rate = cycles_per_fp_lane(program, counts, self.fp_scheduler, self.kernel.merge_loop_blocks)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles

@@ -17,7 +17,7 @@ from drytune.costmodel.fpratio import (
     tir_fp_lanes,
 )
 from drytune.costmodel.kernel import KernelConfig, libm_lane_cycles
-from drytune.costmodel.listsched import ListScheduler
+from drytune.costmodel.listsched import ListScheduler, SchedConfig
 from drytune.costmodel.looptree import LoopTree
 
 # Outer loop of 10 (or of an unreadable bound), inner loop of 4 trips with two 512-bit FMAs (32 lanes).
@@ -76,6 +76,63 @@ def test_merged_loop_blocks_overlap_where_isolated_blocks_add_their_latencies():
     plain_counts = asm.count_instructions(plain, asm.map_loops(plain, []))
     assert (cycles_per_fp_lane(plain, plain_counts, sched, True)
             == cycles_per_fp_lane(plain, plain_counts, sched, False))
+
+
+# One reduction step of a 6 x 16 register tile: a broadcast and a vector loaded, six FMAs into six accumulators.
+TILE_X86 = """
+main_compute_:
+    movq    $-256, %rcx
+.LBB0_1:
+    vbroadcastss (%rdx,%rcx), %zmm8
+    vmovups 256(%rsi,%rcx), %zmm9
+""" + "".join(f"    vfmadd231ps %zmm9, %zmm8, %zmm{k}\n" for k in range(6)) + """    addq    $4, %rcx
+    jne     .LBB0_1
+    retq
+"""
+
+
+def test_steady_state_prices_a_short_multiply_add_loop_at_its_throughput_not_its_latencies():
+    """A loop body of six independent FMAs alone pays the load's and the FMAs' latencies every iteration; with its
+    iterations overlapped (`KernelConfig.steady_state_fp_rate`) it takes the four cycles of each accumulator's FMA
+    latency, the bound of a tile this small."""
+    spec = dt.spec_for("x86-avx512")
+    prog = asm.parse_asm(TILE_X86, "x86")
+    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    alone = cycles_per_fp_lane(prog, counts, ListScheduler.for_spec(spec))
+    steady = cycles_per_fp_lane(prog, counts, ListScheduler.for_spec(spec, SchedConfig(steady_state=True)))
+    assert steady * 96 == pytest.approx(4.0)
+    assert alone > 1.5 * steady
+
+
+def test_the_feature_extractor_takes_the_steady_state_fp_rate_from_its_kernel_settings():
+    """The setting reaches the assembly's FP rate of a real build: a GEMM whose reduction loop around a 4 x 16
+    register tile LLVM keeps rolled is priced lower per FP lane with it; the instruction-level cycles keep the
+    single-iteration schedule."""
+    from drytune.costmodel.cpu_features import FEATURE_NAMES, CPUFeatureExtractor
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1})
+    spec = dt.spec_for({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1})
+    A = te.placeholder((64, 512), "float32", name="A")
+    B = te.placeholder((512, 64), "float32", name="B")
+    k = te.reduce_axis((0, 512), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    block = sch.get_sblock("C")
+    i, j, kk = sch.get_loops(block)
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(io, jo, kk, ii, ji)
+    sch.vectorize(ji)
+    sch.unroll(ii)
+    sch.reverse_compute_at(sch.cache_write(block, 0, "local"), jo)
+    sch.decompose_reduction(block, kk)
+    values = {}
+    for on in (False, True):
+        extractor = CPUFeatureExtractor(target, spec, KernelConfig(steady_state_fp_rate=on))
+        values[on] = extractor.extract(sch.mod).values
+    fp = FEATURE_NAMES.index("asm_fp_cycles")
+    assert values[True][fp] < values[False][fp]
+    assert values[True][FEATURE_NAMES.index("ilp_cycles")] == values[False][FEATURE_NAMES.index("ilp_cycles")]
 
 
 def test_spills_are_stack_accesses_per_fp_lane_in_the_fp_code():
