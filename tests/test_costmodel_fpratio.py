@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import tvm
+from tir_programs import matmul_schedule
 from tvm import s_tir, te
 
 import drytune as dt
@@ -112,11 +113,7 @@ def test_the_feature_extractor_takes_the_steady_state_fp_rate_from_its_kernel_se
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1})
     spec = dt.spec_for({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1})
-    A = te.placeholder((64, 512), "float32", name="A")
-    B = te.placeholder((512, 64), "float32", name="B")
-    k = te.reduce_axis((0, 512), name="k")
-    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    sch = matmul_schedule(M=64, N=64, K=512)
     block = sch.get_sblock("C")
     i, j, kk = sch.get_loops(block)
     io, ii = sch.split(i, [None, 4])

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import tvm
 import tvm_ffi
-from tir_programs import compacted, depthwise_window_at_channels, max_pool_over_pad
+from tir_programs import compacted, depthwise_window_at_channels, matmul_schedule, max_pool_over_pad
 from tvm import s_tir, te
 
 import drytune as dt
@@ -37,15 +37,6 @@ from drytune.costmodel.looptree import LoopNode, LoopTree, StmtLeaf
 
 SPEC = dataclasses.replace(dt.spec_for("x86-avx512"), cores=2)  # 16 fp32 lanes
 CFG = KernelConfig()
-
-
-def _matmul(M: int = 8, N: int = 64, K: int = 64, b_transposed: bool = False):
-    """C = A B (or A B^T, B stored N x K) as a schedule to transform."""
-    A = te.placeholder((M, K), "float32", name="A")
-    B = te.placeholder((N, K) if b_transposed else (K, N), "float32", name="B")
-    k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * (B[j, k] if b_transposed else B[k, j]), axis=k), name="C")
-    return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
 
 
 def _leaf_and_path(tree: LoopTree, block: str) -> tuple[StmtLeaf, list[LoopNode]]:
@@ -107,7 +98,7 @@ def test_a_partial_vector_is_computed_in_whole_registers_and_stored_in_pieces(la
 
 def test_scalar_reduction_is_latency_bound():
     """Innermost k loop (64 > LLVM's unroll budget): one accumulator, one dependent FMA per iteration."""
-    sch = _matmul()
+    sch = matmul_schedule()
     sch.decompose_reduction(sch.get_sblock("C"), sch.get_loops(sch.get_sblock("C"))[2])
     cycles, det = _details(sch)
     assert det["statements"] == 1 and det["lanes"] == 1 and det["accumulators"] == 1
@@ -121,7 +112,7 @@ def test_scalar_reduction_is_latency_bound():
 
 def _register_tile(rows: int, cols: int, M: int = 8, N: int = 64) -> s_tir.Schedule:
     """C = A B with the reduction outside a `rows` x `cols` register tile (rows unrolled, columns vectorized)."""
-    sch = _matmul(M=M, N=N)
+    sch = matmul_schedule(M=M, N=N)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     i0, i1 = sch.split(i, [None, rows])
@@ -145,7 +136,7 @@ def test_register_tile_hides_fma_latency():
     assert det["reload"] == pytest.approx(4 * CFG.accumulator_reload_cycles / 64)  # 4 accumulators per k run
     assert cycles == pytest.approx(det["executions"] * (CFG.fma_latency + CFG.loop_overhead + det["reload"]))
     # the same work with one accumulator per k step is four times as long in the chain
-    sch2 = _matmul()
+    sch2 = matmul_schedule()
     C2 = sch2.get_sblock("C")
     i, j, k = sch2.get_loops(C2)
     j0, j1 = sch2.split(j, [None, 16])
@@ -172,7 +163,7 @@ def test_loop_overhead_overlapping_the_fp_work_is_a_bound_not_added_cycles():
 def _tile_8x32(column_blocks_outside: bool) -> s_tir.Schedule:
     """An 8 x 32 tile (two 16-lane column blocks, 16 accumulators) over 8 reduction steps, all unrolled: the
     column-block loop outside the reduction steps and rows, or innermost."""
-    sch = _matmul(M=8, N=32, K=64)
+    sch = matmul_schedule(M=8, N=32, K=64)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     j0, j1 = sch.split(j, [None, 16])
@@ -203,7 +194,7 @@ def test_gathered_operand_invariant_in_the_innermost_loop_is_assembled_once_befo
     B does not change with i, and LLVM assembles its 32 lanes once before the i loop (LICM). The model shares
     the gather over i's 64 iterations when the hoisted vectors fit the registers, and the executed
     single-element loads of the assembly agree."""
-    sch = _matmul(M=64, N=64, K=64, b_transposed=True)
+    sch = matmul_schedule(M=64, N=64, K=64, b_transposed=True)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     j0, j1 = sch.split(j, [None, 8])
@@ -238,7 +229,7 @@ def test_broadcasts_hoisted_out_of_a_vectorized_loop_spill_beyond_the_registers(
     the 192 broadcasts of A[i, k] do not change with j and are hoisted before it; beyond the registers left by
     the 8 output vectors they are spilled once and read back by every vector iteration (the pattern of the 1x1
     convolutions that MobileNet-V2's picks lost on). The assembly's stack stores and reloads agree."""
-    sch = _matmul(M=4, N=32, K=48)
+    sch = matmul_schedule(M=4, N=32, K=48)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     sch.reorder(j, k, i)
@@ -263,7 +254,7 @@ def test_broadcasts_hoisted_out_of_a_vectorized_loop_spill_beyond_the_registers(
 
 def test_accumulators_beyond_the_vector_registers_go_through_memory():
     """A 16 x 8 tile (16 accumulators) under k fits AVX-512's 32 registers, not AVX2's 16."""
-    sch = _matmul(M=16, N=64)
+    sch = matmul_schedule(M=16, N=64)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     j0, j1 = sch.split(j, [None, 8])
@@ -357,7 +348,7 @@ def test_overlapping_strided_windows_load_each_element_once():
 
 
 def test_parallel_loop_divides_by_balanced_speedup():
-    sch = _matmul(M=6)
+    sch = matmul_schedule(M=6)
     C = sch.get_sblock("C")
     i, _, _ = sch.get_loops(C)
     serial = kernel_cycles(LoopTree.from_mod(sch.mod), SPEC)
@@ -408,7 +399,7 @@ def test_lines_written_by_another_core_are_counted_where_nests_split_a_buffer_di
 def _tile_with_split_reduction(k_inner: int, M: int = 8, N: int = 64, K: int = 64) -> s_tir.Schedule:
     """C = A B (M x N x K) with a 4 x 16 accumulator tile (rows unrolled, columns vectorized) and k split as
     (K / k_inner, k_inner): the outer k loop sits outside the tile's row-block loop, the inner one inside it."""
-    sch = _matmul(M=M, N=N, K=K)
+    sch = matmul_schedule(M=M, N=N, K=K)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     i0, i1 = sch.split(i, [None, 4])
@@ -738,7 +729,7 @@ def test_a_body_beyond_the_large_body_limit_issues_at_the_narrow_width():
     issue-bound at `large_body_width` beyond the limit (FP-bound without it); a body of 2 rows stays under the
     limit at the full issue width."""
     def tile(rows: int) -> tuple[StmtLeaf, list[LoopNode]]:
-        sch = _matmul(M=rows, N=256, K=64)
+        sch = matmul_schedule(M=rows, N=256, K=64)
         C = sch.get_sblock("C")
         i, j, k = sch.get_loops(C)
         k0, k1 = sch.split(k, [None, 8])
@@ -848,7 +839,7 @@ def test_avx512_vectorizes_a_channel_loop_with_gathers_and_scatters():
 def _unrolled_tile(M: int, N: int, K: int, rows: int, lanes: int, k_inner: int, outer: str) -> s_tir.Schedule:
     """C = A B with a body of `k_inner` reduction steps x `rows` rows (both unrolled) on one `lanes`-wide vector;
     `outer` orders the three loops around it ("jki": column blocks, outer reduction, row blocks innermost)."""
-    sch = _matmul(M=M, N=N, K=K)
+    sch = matmul_schedule(M=M, N=N, K=K)
     C = sch.get_sblock("C")
     i, j, k = sch.get_loops(C)
     i0, i1 = sch.split(i, [None, rows])
@@ -1470,7 +1461,7 @@ def test_sizing_llvms_full_unroll_by_distinct_addresses_unrolls_a_reduction_over
 def test_statement_details_price_each_statement_as_kernel_cycles_does():
     """The per-statement details that reports and checks read add up to the program's serial kernel cycles (no
     cross-core lines), one entry per statement, with its bound and body numbers."""
-    sch = _matmul(M=8, N=64, K=64)
+    sch = matmul_schedule(M=8, N=64, K=64)
     tree = LoopTree.from_mod(sch.mod)
     cfg = dataclasses.replace(CFG, remote_line_cycles=0.0)
     details = statement_details(tree, SPEC, cfg)

@@ -77,3 +77,12 @@ def depthwise_window_at_channels(channels: int, stride: int = 1, unroll_step: in
     sch.decompose_reduction(d, r2)
     sch.parallel(sch.get_loops(sch.get_sblock("E"))[0])
     return sch
+
+
+def matmul_schedule(M: int = 8, N: int = 64, K: int = 64, b_transposed: bool = False) -> s_tir.Schedule:
+    """C = A B (or A B^T, B stored N x K) as a schedule to transform."""
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((N, K) if b_transposed else (K, N), "float32", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * (B[j, k] if b_transposed else B[k, j]), axis=k), name="C")
+    return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
