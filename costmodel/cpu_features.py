@@ -179,7 +179,8 @@ class CPUFeatureExtractor:
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
         kern = kernel_cycles(tree, self.spec, self.kernel)
-        rate = cycles_per_fp_lane(program, counts, self.fp_scheduler, self.kernel.merge_loop_blocks)
+        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks,
+                                  self.fp_scheduler if self.kernel.steady_state_fp_rate else None)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles

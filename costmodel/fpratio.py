@@ -58,15 +58,21 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts
 
 
 def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
-                       merge_loop_blocks: bool = False) -> float | None:
+                       merge_loop_blocks: bool = False, fma_scheduler: ListScheduler | None = None) -> float | None:
     """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code).
-    `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`)."""
+    `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`);
+    `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`)."""
     cycles = lanes = 0.0
     for blocks, single, n, unit_lanes in _fp_units(program, counts):
-        if merge_loop_blocks and len(blocks) > 1:
-            cycles += scheduler.block_cycles([i for insts in blocks for i in insts]) * n
+        if fma_scheduler is not None:
+            fma = any(i.iclass == VEC_FMA for insts in blocks for i in insts)
+            sched = fma_scheduler if fma else scheduler
         else:
-            cycles += sum(scheduler.block_cycles(insts, single) for insts in blocks) * n
+            sched = scheduler
+        if merge_loop_blocks and len(blocks) > 1:
+            cycles += sched.block_cycles([i for insts in blocks for i in insts]) * n
+        else:
+            cycles += sum(sched.block_cycles(insts, single) for insts in blocks) * n
         lanes += unit_lanes * n
     return cycles / lanes if lanes > 0 else None
 

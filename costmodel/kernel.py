@@ -238,10 +238,11 @@ class KernelConfig:
     # 3 x 3 stride-2 depthwise kernel (an innermost loop of about 30 blocks, each a guarded load) ran 35 cycles per
     # iteration, the isolated blocks summed to several times that (session 67).
     merge_loop_blocks: bool = False
-    # The assembly's FP rate takes a single-block innermost loop's cycles per iteration in steady state (copies of
-    # the body scheduled back to back, `SchedConfig.steady_state`) instead of one body alone, whose load and FMA
-    # latencies a short body pays in full: a 6 x 64 GEMM tile of 24 FMAs per iteration is priced 24 cycles alone
-    # on Emerald Rapids and ran at 93.5% of the FMA peak (session 93)
+    # The assembly's FP rate takes a single-block innermost loop with vector multiply-adds at its cycles per
+    # iteration in steady state (copies of the body scheduled back to back, `SchedConfig.steady_state`) instead of
+    # one body alone, whose load and FMA latencies a short body pays in full: a 6 x 64 GEMM tile of 24 FMAs per
+    # iteration is priced 24 cycles alone on Emerald Rapids and ran at 93.5% of the FMA peak (session 93). Loops
+    # without multiply-adds keep the single-body schedule (with every loop in steady state, pooling ranked worse)
     steady_state_fp_rate: bool = False
     # When the assembly's multiply-add lanes, counted with Algorithm 1's trips, differ from the TIR's exact count by
     # more than this factor either way, the executions of the code doing them are scaled to the TIR's count

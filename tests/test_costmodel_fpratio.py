@@ -95,7 +95,7 @@ main_compute_:
 def test_steady_state_prices_a_short_multiply_add_loop_at_its_throughput_not_its_latencies():
     """A loop body of six independent FMAs alone pays the load's and the FMAs' latencies every iteration; with its
     iterations overlapped (`KernelConfig.steady_state_fp_rate`) it takes the four cycles of each accumulator's FMA
-    latency, the bound of a tile this small."""
+    latency, the bound of a tile this small. A loop of additions instead keeps its single-body schedule."""
     spec = dt.spec_for("x86-avx512")
     prog = asm.parse_asm(TILE_X86, "x86")
     counts = asm.count_instructions(prog, asm.map_loops(prog, []))
@@ -103,6 +103,14 @@ def test_steady_state_prices_a_short_multiply_add_loop_at_its_throughput_not_its
     steady = cycles_per_fp_lane(prog, counts, ListScheduler.for_spec(spec, SchedConfig(steady_state=True)))
     assert steady * 96 == pytest.approx(4.0)
     assert alone > 1.5 * steady
+    # as the feature extractor uses it: the steady schedule for units with vector multiply-adds only
+    sched, steady_sched = ListScheduler.for_spec(spec), ListScheduler.for_spec(spec, SchedConfig(steady_state=True))
+    assert cycles_per_fp_lane(prog, counts, sched, fma_scheduler=steady_sched) == steady
+    adds = asm.parse_asm(TILE_X86.replace("vfmadd231ps %zmm9, %zmm8,", "vaddps %zmm9,"), "x86")
+    add_counts = asm.count_instructions(adds, asm.map_loops(adds, []))
+    assert (cycles_per_fp_lane(adds, add_counts, sched, fma_scheduler=steady_sched)
+            == cycles_per_fp_lane(adds, add_counts, sched))
+    assert cycles_per_fp_lane(adds, add_counts, steady_sched) < cycles_per_fp_lane(adds, add_counts, sched)
 
 
 def test_the_feature_extractor_takes_the_steady_state_fp_rate_from_its_kernel_settings():
