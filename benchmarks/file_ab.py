@@ -43,7 +43,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tag", default=None)
     args = ap.parse_args()
-    files = dict([args.a, args.b])
+    (a, pa), (b, pb) = args.a, args.b
+    files = {a: pa, b: pb}
     if len(files) != 2:
         raise SystemExit("the two files need different names")
     rows = []
@@ -58,14 +59,12 @@ def main() -> int:
                           "decisions": json.loads(res.best.decisions_json())}
             print(f"{op} {name}: {res.trials} candidates, predicted {res.predicted * 1e3:.4f} ms", flush=True)
         times = interleaved(mods, task.target, rounds=args.rounds)
-        (a, _), (b, _) = args.a, args.b
         ratio = statistics.median(tb / ta for ta, tb in zip(times[a], times[b], strict=True))
         row = {"op": op, "info": info, "round_s": times, "ratio_b_over_a": ratio,
                "median_s": {k: statistics.median(v) for k, v in times.items()}}
         rows.append(row)
         print(f"{op}: {b} / {a} = {ratio:.3f} ({row['median_s'][a] * 1e3:.4f} vs {row['median_s'][b] * 1e3:.4f} ms)",
               flush=True)
-    (a, pa), (b, pb) = args.a, args.b
     command = "python benchmarks/file_ab.py " + " ".join(sys.argv[1:])
     lines = ["# Two coefficients files tuning the same operators", "", f"{time.strftime('%Y-%m-%d')}. `{command}`", "",
              f"A = `{a}` ({pa}), B = `{b}` ({pb}); {args.budget:g} s of static search each (seed {args.seed}), picks "

@@ -149,9 +149,9 @@ class CPUFeatureExtractor:
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))
         self.scheduler = ListScheduler.for_spec(spec, cpu=mcpu or None)
-        # the assembly's FP rate: loop bodies per iteration in steady state where the kernel settings ask for it
-        self.fp_scheduler = ListScheduler.for_spec(spec, SchedConfig(steady_state=True), cpu=mcpu or None) \
-            if self.kernel.steady_state_fp_rate else self.scheduler
+        # the assembly's FP rate of multiply-add loops, per iteration in steady state, where the kernel settings ask
+        self.fma_scheduler = ListScheduler.for_spec(spec, SchedConfig(steady_state=True), cpu=mcpu or None) \
+            if self.kernel.steady_state_fp_rate else None
         self.footprints = default_counter(DataMoveConfig())
 
     def assembly(self, mod: tvm.IRModule) -> str:
@@ -179,8 +179,7 @@ class CPUFeatureExtractor:
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
         kern = kernel_cycles(tree, self.spec, self.kernel)
-        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks,
-                                  self.fp_scheduler if self.kernel.steady_state_fp_rate else None)
+        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks, self.fma_scheduler)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles

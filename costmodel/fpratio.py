@@ -64,11 +64,8 @@ def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler
     `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`)."""
     cycles = lanes = 0.0
     for blocks, single, n, unit_lanes in _fp_units(program, counts):
-        if fma_scheduler is not None:
-            fma = any(i.iclass == VEC_FMA for insts in blocks for i in insts)
-            sched = fma_scheduler if fma else scheduler
-        else:
-            sched = scheduler
+        fma = fma_scheduler is not None and any(i.iclass == VEC_FMA for insts in blocks for i in insts)
+        sched = fma_scheduler if fma else scheduler
         if merge_loop_blocks and len(blocks) > 1:
             cycles += sched.block_cycles([i for insts in blocks for i in insts]) * n
         else:
