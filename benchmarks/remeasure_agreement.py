@@ -12,26 +12,21 @@ ranked much better than that by any model fitted to either.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 
 import numpy as np
 from report_files import write_report
 from scipy.stats import spearmanr
 
-from drytune.costmodel.dataset import MeasuredRow, read_rows
-
-
-def _key(row: MeasuredRow) -> tuple:
-    return row.op, row.sketch, json.dumps(row.decisions, sort_keys=True), row.source
+from drytune.costmodel.dataset import MeasuredRow, read_rows, row_key
 
 
 def agreement(first: list[MeasuredRow], second: list[MeasuredRow]) -> dict[str, dict]:
     """Per operator: rows timed validly in both files, Spearman between the timings, ratio quantiles."""
-    later = {_key(r): r for r in second if r.error is None and r.seconds > 0}
+    later = {row_key(r): r for r in second if r.error is None and r.seconds > 0}
     pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in first:
-        other = later.get(_key(row))
+        other = later.get(row_key(row))
         if row.source == "random" and row.error is None and row.seconds > 0 and other is not None:
             pairs[row.op].append((row.seconds, other.seconds))
     out = {}

@@ -69,9 +69,13 @@ def program_digest(mod: tvm.IRModule) -> str:
     return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
 
 
+def _line(row: MeasuredRow) -> str:
+    return json.dumps(row.__dict__ | {"times": list(row.times)}) + "\n"
+
+
 def _append(path: str, row: MeasuredRow) -> None:
     with open(path, "a") as f:
-        f.write(json.dumps(row.__dict__ | {"times": list(row.times)}) + "\n")
+        f.write(_line(row))
 
 
 def collect(task: Task, n: int, path: str, *, seed: int = 0, repeat: int = 3, timeout_s: float = 30.0,
@@ -141,3 +145,44 @@ def measure_candidates(cands: list[Candidate], path: str, *, source: str | Seque
                 measured = row(key, src, res, res.error, mod)
                 _append(path, measured)
                 yield measured
+
+
+def row_key(row: MeasuredRow) -> tuple[str, str, str, str]:
+    """What names one measured candidate across files: operator, sketch, decisions and source."""
+    return row.op, row.sketch, json.dumps(row.decisions, sort_keys=True), row.source
+
+
+def merge_timings(first: list[MeasuredRow], second: list[MeasuredRow]) -> tuple[list[MeasuredRow], dict[str, int]]:
+    """The rows of two timings of the same candidates as one: where both timed the same program successfully, the
+    times of both and their median; otherwise the second (later) row, or the first where the second has none.
+
+    More rounds per candidate lower the noise a ranking is judged against; a program digest that differs means
+    the candidate replays to another program now, so the older times are dropped rather than mixed in."""
+    later = {row_key(r): r for r in second}
+    merged: list[MeasuredRow] = []
+    counts = {"merged": 0, "program_changed": 0, "failed_in_one": 0, "first_only": 0, "second_only": 0}
+    for row in first:
+        other = later.pop(row_key(row), None)
+        if other is None:
+            counts["first_only"] += 1
+            merged.append(row)
+        elif not (row.ok and other.ok):
+            counts["failed_in_one"] += 1
+            merged.append(other if other.ok or not row.ok else row)
+        elif row.program is not None and other.program is not None and row.program != other.program:
+            counts["program_changed"] += 1
+            merged.append(other)
+        else:
+            counts["merged"] += 1
+            times = row.times + other.times
+            merged.append(MeasuredRow(row.op, row.target, row.sketch, row.decisions, float(np.median(times)), times,
+                                      None, row.source, other.program or row.program))
+    counts["second_only"] = len(later)
+    merged.extend(later.values())
+    return merged, counts
+
+
+def write_rows(path: str, rows: Sequence[MeasuredRow]) -> None:
+    """Write `rows` as a new dataset file (replacing `path`)."""
+    with open(path, "w") as f:
+        f.writelines(_line(row) for row in rows)

@@ -23,7 +23,7 @@ from drytune.costmodel.calibrate import (
     parallel_regions_module,
 )
 from drytune.costmodel.cpu_features import FEATURE_NAMES
-from drytune.costmodel.dataset import measure_candidates, program_digest, read_rows
+from drytune.costmodel.dataset import measure_candidates, merge_timings, program_digest, read_rows, write_rows
 from drytune.costmodel.model import (
     COEFF_DIR,
     GPU_TERM_NAMES,
@@ -293,6 +293,22 @@ def test_measured_rows_keep_their_source_and_are_not_measured_twice(tmp_path) ->
     assert [r.program for r in read_rows(path)][:2] == [program_digest(c.to_mod()) for c in cands[:2]]
     assert read_rows(path)[2].program is None and read_rows(path)[3].program == program_digest(cands[2].to_mod())
     assert len({r.program for r in rows}) == 2
+
+
+def test_two_timings_of_the_same_candidates_merge_into_one_row_with_the_rounds_of_both(tmp_path) -> None:
+    cands = dt.SearchSpace(_task("softmax")).sample(3, seed=5)
+    first = list(measure_candidates(cands, str(tmp_path / "a.jsonl"), repeat=1, rounds=2))
+    second = list(measure_candidates(cands[1:], str(tmp_path / "b.jsonl"), repeat=1, rounds=3))
+    assert all(r.ok for r in first + second)
+    # the third candidate replayed to another program at the second timing: its first times must not be mixed in
+    second[1] = dataclasses.replace(second[1], program="0" * 16)
+    merged, counts = merge_timings(first, second)
+    assert counts == {"merged": 1, "program_changed": 1, "failed_in_one": 0, "first_only": 1, "second_only": 0}
+    assert merged[0] == first[0] and merged[2] == second[1]
+    assert merged[1].times == first[1].times + second[0].times and len(merged[1].times) == 5
+    assert merged[1].seconds == float(np.median(merged[1].times))
+    write_rows(str(tmp_path / "merged.jsonl"), merged)
+    assert read_rows(str(tmp_path / "merged.jsonl")) == merged
 
 
 def test_coefficients_are_chosen_by_cpu_model_then_architecture() -> None:
