@@ -43,6 +43,9 @@ class HardwareSpec:
     # cycles per lane a gather instruction adds beside other work where gathers are microcoded and stall the rest
     # (`_SERIAL_GATHER_LANE_CYCLES`, `KernelConfig.gather_serial_lane_cycles`); 0: not measured or not so
     gather_serial_lane_cycles: float = 0.0
+    # width of the vectors LLVM's own loop and SLP vectorizers build, where its tuning for the CPU prefers narrower
+    # ones than the registers (`_LLVM_256_BIT_CPUS`); TVM's explicit vectors keep the full width. 0: vector_bits
+    llvm_vector_bits: int = 0
     # the CPU whose calibration fits these cores when it is not the target's LLVM CPU: a virtual machine whose
     # hypervisor reports a server core with a client CPU model (`_MISREPORTED_CORES`); "" for the target's own
     core: str = ""
@@ -94,6 +97,12 @@ _GATHERING_CPUS = frozenset({"znver4", "znver5"})
 # Measured with benchmarks/serial_gathers.py (session 92, Zen 4): a vgatherqps of 8 lanes beside 24 independent zmm
 # FMAs adds 0.67 cycles per lane, a 16-lane vgatherdps 0.73. Other cores are not measured.
 _SERIAL_GATHER_LANE_CYCLES = {"znver4": 0.7}
+# AVX-512 CPUs whose LLVM tuning prefers 256-bit vectors: its loop and SLP vectorizers build ymm operations there, while
+# TVM's vectors of 16 floats still compile to zmm ones (tests/test_costmodel_kernel.py checks a few in the assembly;
+# knl, znver4 and znver5 vectorize at 512 bits)
+_LLVM_256_BIT_CPUS = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+                                "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+                                "graniterapids", "graniterapids-d", "x86-64-v4"})
 
 
 # Hypervisors can hand a guest another CPU model number than the silicon's, and LLVM names the host by it. A host
@@ -140,7 +149,8 @@ _CPU_CACHES: dict[str, tuple[int, int, int, int]] = {
 def _cpu_traits(cpu: str) -> dict[str, Any]:
     """The `HardwareSpec` fields that follow from the LLVM CPU name alone."""
     traits: dict[str, Any] = {"datapath_bits": _DATAPATH_BITS.get(cpu, 0), "llvm_gathers": cpu in _GATHERING_CPUS,
-                              "gather_serial_lane_cycles": _SERIAL_GATHER_LANE_CYCLES.get(cpu, 0.0)}
+                              "gather_serial_lane_cycles": _SERIAL_GATHER_LANE_CYCLES.get(cpu, 0.0),
+                              "llvm_vector_bits": 256 if cpu in _LLVM_256_BIT_CPUS else 0}
     if cpu in _CPU_CACHES:
         l1, l1_ways, l2, l2_ways = _CPU_CACHES[cpu]
         traits.update(l1_bytes=l1, l1_ways=l1_ways, l2_bytes=l2, l2_ways=l2_ways)

@@ -68,6 +68,9 @@ class KernelConfig:
     # the zmm rate (benchmarks/load_widths.py), and 1.4 ranks that machine's rows better (Spearman +0.019), but no
     # file sets it: searches with it picked no faster kernels (benchmarks/file_ab.py, session 93)
     narrow_load_ports: float = 0.0
+    # price loops that LLVM's own vectorizers vectorize at the width they build (`HardwareSpec.llvm_vector_bits`:
+    # ymm operations on Intel's AVX-512 cores, twice as many as zmm ones would take), not the register's
+    llvm_vector_width: bool = False
     store_ports: float = 1.0
     shuffle_ports: float = 1.0
     issue_width: float = 6.0
@@ -874,14 +877,17 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         vec = vec_loop.var if vec_loop is not None else None
         slp_fma = vec_loop is not None and bool(leaf.ops.get("fma"))
     e_v = vec_loop.extent if vec_loop is not None else 1
-    vops = _vector_ops(e_v, lanes) if vec_loop is not None else 1
-    pieces = _memory_pieces(e_v, lanes) if vec_loop is not None else 1
+    llvm_vector = vec_loop is not None and vec_loop.kind != "vectorized"  # vectorized by LLVM, not TVM
+    vec_lanes = spec.llvm_vector_bits // 32 if llvm_vector and cfg.llvm_vector_width and spec.llvm_vector_bits \
+        else lanes
+    vops = _vector_ops(e_v, vec_lanes) if vec_loop is not None else 1
+    pieces = _memory_pieces(e_v, vec_lanes) if vec_loop is not None else 1
     unrolled = {lp.var: lp.extent for lp in body if lp is not vec_loop and lp.extent > 1
                 and (lp.kind != "vectorized" or lp is lanes_unrolled)}
     stmts = math.prod(unrolled.values())
     is_update = out is not None and any(a.buffer == out.buffer for a in reads)
     fp_ops = stmts * vops * fp
-    op_lanes = e_v  # lanes of one FP operation as issued (joined half vectors issue as full ones)
+    op_lanes = min(e_v, vec_lanes)  # lanes of one FP operation as issued (joined half vectors issue as full ones)
     guarded = next((a for a in reads if a.conditional), None)
     # guards (padding checks) depend on the guarded load's indices only: LLVM computes them once per distinct
     # index in the unrolled body, not once per statement instance
@@ -1033,7 +1039,6 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     fp_slots = fp_ops * pumped
     store_slots = pumped if cfg.pump_stores else 1
     overhead = cfg.loop_overhead if inner_iter is not None else 0.0  # the iterating loop's increment and branch
-    llvm_vector = vec_loop is not None and vec_loop.kind != "vectorized"  # vectorized by LLVM, not TVM
     serial_gathers = gathers * cfg.gather_serial_lane_cycles if llvm_vector else 0.0  # gather instructions
     load_ports = cfg.narrow_load_ports if cfg.narrow_load_ports and op_lanes < lanes else cfg.load_ports
     per_body = {

@@ -1468,3 +1468,39 @@ def test_statement_details_price_each_statement_as_kernel_cycles_does():
     assert [leaf.block for leaf, _, _, _ in details] == ["C", "C"]  # the init and the update of the reduction
     assert sum(cycles for _, cycles, _, _ in details) == pytest.approx(kernel_cycles(tree, SPEC, cfg).serial_cycles)
     assert all(bound in det and det["body_cycles"] > 0 for _, _, bound, det in details)
+
+
+def _elementwise_multiply_add(tvm_vector: bool) -> s_tir.Schedule:
+    """C = A * B + A over 64 x 256 floats; the 256-column loop split by 16, the 16 columns a TVM vector or left
+    to LLVM's loop vectorizer."""
+    A = te.placeholder((64, 256), "float32", name="A")
+    B = te.placeholder((64, 256), "float32", name="B")
+    C = te.compute((64, 256), lambda i, j: A[i, j] * B[i, j] + A[i, j], name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    _, j = sch.get_loops(sch.get_sblock("C"))
+    _, lanes = sch.split(j, [None, 16])
+    if tvm_vector:
+        sch.vectorize(lanes)
+    return sch
+
+
+@pytest.mark.parametrize("cpu", ["emeraldrapids", "skylake-avx512", "znver4"])
+def test_llvms_own_vectorizers_build_the_cpus_preferred_width_and_the_model_prices_it_so(cpu):
+    """LLVM tunes Intel's AVX-512 cores to prefer 256-bit vectors: its loop vectorizer builds ymm operations there,
+    zmm on Zen 4, while a TVM vector of 16 floats is one zmm on all three. With `llvm_vector_width` the kernel
+    model counts LLVM's vector operations at that width (two per 16 lanes on Intel) and TVM's at the register's."""
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": cpu})
+    width = spec.llvm_vector_bits or spec.vector_bits
+    assert spec.vector_bits == 512 and width == (512 if cpu == "znver4" else 256)
+    cfg = dataclasses.replace(KernelConfig.for_spec(spec), llvm_vector_width=True)
+    for tvm_vector in (False, True):
+        sch = _elementwise_multiply_add(tvm_vector)
+        asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+        registers = {ins.operands[-1][1] for f in parse_asm(asm, "x86").functions for ins in f.instructions
+                     if ins.mnemonic.startswith("vfmadd")}
+        assert registers == {"z" if tvm_vector else {256: "y", 512: "z"}[width]}, (cpu, tvm_vector, registers)
+        _, det = _details(sch, "C", cfg, spec)
+        _, det_off = _details(sch, "C", KernelConfig.for_spec(spec), spec)
+        lanes = 16 if tvm_vector else width // 32
+        assert det["vector_ops"] == det["lanes"] // lanes and det_off["vector_ops"] == det_off["lanes"] // 16
+        assert det["llvm_vectorized"] is not tvm_vector
