@@ -169,6 +169,10 @@ class KernelConfig:
     # as zmm FMAs, tiles of 128 elements or fewer as ymm); 0 disables
     join_half_vectors_above: int = 128
     hoist_invariant: bool = True  # credit LLVM's hoisting of gathered/strided operands invariant in the inner loop
+    # ... and of gathered ones (vgather, in a loop LLVM vectorized) beyond the registers too: LLVM gathers them once
+    # before the loop and spills the excess, which each body reads back from the stack (batch_matmul on
+    # emeraldrapids: 64 gathers outside the innermost loop, 34 of its 256 FMAs reading the stack). Off: rebuilt
+    hoisted_gathers_spill: bool = False
     # An operand element reused across an unrolled body loop stays in a register only while what the loops inside that
     # loop read fits the registers the accumulators leave; otherwise it is loaded again each iteration (a 16 x 16 GEMM
     # tile unrolled over 2 column blocks outside 8 reduction steps broadcasts each A element twice)
@@ -922,7 +926,11 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     def hoistable(kind: str, invariant: bool) -> bool:  # a gathered or strided operand LLVM assembles once
         return cfg.hoist_invariant and kind in ("gather", "strided") and invariant
 
-    fits = sum(n * vops for _, kind, _, n, inv in operands if hoistable(kind, inv)) + outputs <= cfg.registers
+    hoisted_vectors = sum(n * vops for _, kind, _, n, inv in operands if hoistable(kind, inv))
+    fits = hoisted_vectors + outputs <= cfg.registers
+    # the share of hoisted gathered vectors spilled to the stack (`hoisted_gathers_spill`), else None: rebuilt
+    spilled_gathers = min(1.0, (hoisted_vectors + outputs - cfg.registers) / hoisted_vectors) \
+        if cfg.hoisted_gathers_spill and llvm_vector and not fits and hoisted_vectors else None
     # splats of operands invariant in the innermost iterating loop that LLVM builds again in the loop: the loop holds
     # this statement alone, and they do not fit the registers beside the outputs (`splat_lane_cycles`)
     # a TVM vector wider than a register whose lane count is not a power of two (LLVM's vectorizers pick whole
@@ -962,6 +970,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 gathers += masked * n * e_v / share
                 loads += (1 - masked) * n * vops * stride / share
                 shuffles += (1 - masked) * n * vops * stride / share
+        elif kind == "gather" and spilled_gathers is not None and hoistable(kind, invariant):
+            gathers += n * e_v / inner_iter.extent
+            loads += n * vops * spilled_gathers
         elif kind == "gather":
             gathers += n * e_v / share
         else:

@@ -1504,3 +1504,33 @@ def test_llvms_own_vectorizers_build_the_cpus_preferred_width_and_the_model_pric
         lanes = 16 if tvm_vector else width // 32
         assert det["vector_ops"] == det["lanes"] // lanes and det_off["vector_ops"] == det_off["lanes"] // 16
         assert det["llvm_vectorized"] is not tvm_vector
+
+
+def test_gathers_hoisted_beyond_the_registers_are_spilled_to_the_stack_not_rebuilt_in_the_loop():
+    """batch_matmul's fastest Emerald Rapids row: LLVM vectorizes the 32 output columns in ymm pieces and gathers B
+    (64 floats apart), invariant in the innermost loop, before it. At 256 bits the gathered vectors and the
+    accumulators overflow the registers, and the excess goes to the stack: no gather in the innermost loop, some of
+    its FMAs read the stack. With `hoisted_gathers_spill` the model shares the gathers over that loop and adds the
+    reloads, instead of gathering in every body."""
+    task = workloads.get("batch_matmul").task()
+    cand = Candidate.from_json(task, dt.SearchSpace(task).sketch("batch_matmul/2"), {
+        "C/R3": [8, 8], "C/S0": [3, 2, 2, 1], "C/S1": [1, 2, 16, 4], "C/S2": [1, 4, 32, 1], "C/parallel": 4,
+        "C/unroll": 2, "C/vectorize": 2})
+    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "emeraldrapids"})
+    program = parse_asm(tvm.compile(cand.to_mod(), target=target).mod.inspect_source("asm"), "x86")
+    depths: dict[str, set[int]] = {"gather": set(), "fma": set(), "fma_stack": set()}
+    for f in program.functions:
+        for index, ins in enumerate(f.instructions):
+            depth = len(f.loops_at(index)) if f.blocks else 0
+            if ins.mnemonic.startswith("vgather"):
+                depths["gather"].add(depth)
+            elif ins.mnemonic.startswith("vfmadd"):
+                depths["fma_stack" if any("(%rsp)" in op for op in ins.operands) else "fma"].add(depth)
+    innermost = max(depths["fma"])
+    assert max(depths["gather"]) < innermost and innermost in depths["fma_stack"]
+    cfg = dataclasses.replace(KernelConfig.for_spec(spec), llvm_vector_width=True)
+    sch = s_tir.Schedule(cand.to_mod())
+    _, rebuilt = _details(sch, "C_update", cfg, spec)
+    _, spilled = _details(sch, "C_update", dataclasses.replace(cfg, hoisted_gathers_spill=True), spec)
+    assert rebuilt["gathers"] > 0 and spilled["gathers"] == rebuilt["gathers"] / spilled["inner_extent"]
+    assert spilled["loads"] > rebuilt["loads"] and spilled["body_cycles"] < rebuilt["body_cycles"]
