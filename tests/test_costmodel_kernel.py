@@ -1489,13 +1489,13 @@ def test_llvms_own_vectorizers_build_the_cpus_preferred_width_and_the_model_pric
     """LLVM tunes Intel's AVX-512 cores to prefer 256-bit vectors: its loop vectorizer builds ymm operations there,
     zmm on Zen 4, while a TVM vector of 16 floats is one zmm on all three. With `llvm_vector_width` the kernel
     model counts LLVM's vector operations at that width (two per 16 lanes on Intel) and TVM's at the register's."""
-    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": cpu})
+    _, spec = dt.resolve_target({"kind": "llvm", "mcpu": cpu})
     width = spec.llvm_vector_bits or spec.vector_bits
     assert spec.vector_bits == 512 and width == (512 if cpu == "znver4" else 256)
     cfg = dataclasses.replace(KernelConfig.for_spec(spec), llvm_vector_width=True)
     for tvm_vector in (False, True):
         sch = _elementwise_multiply_add(tvm_vector)
-        asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+        asm = _asm(sch, {"kind": "llvm", "mcpu": cpu})
         registers = {ins.operands[-1][1] for f in parse_asm(asm, "x86").functions for ins in f.instructions
                      if ins.mnemonic.startswith("vfmadd")}
         assert registers == {"z" if tvm_vector else {256: "y", 512: "z"}[width]}, (cpu, tvm_vector, registers)
@@ -1516,8 +1516,10 @@ def test_gathers_hoisted_beyond_the_registers_are_spilled_to_the_stack_not_rebui
     cand = Candidate.from_json(task, dt.SearchSpace(task).sketch("batch_matmul/2"), {
         "C/R3": [8, 8], "C/S0": [3, 2, 2, 1], "C/S1": [1, 2, 16, 4], "C/S2": [1, 4, 32, 1], "C/parallel": 4,
         "C/unroll": 2, "C/vectorize": 2})
-    target, spec = dt.resolve_target({"kind": "llvm", "mcpu": "emeraldrapids"})
-    program = parse_asm(tvm.compile(cand.to_mod(), target=target).mod.inspect_source("asm"), "x86")
+    target = {"kind": "llvm", "mcpu": "emeraldrapids"}
+    _, spec = dt.resolve_target(target)
+    sch = s_tir.Schedule(cand.to_mod())
+    program = parse_asm(_asm(sch, target), "x86")
     depths: dict[str, set[int]] = {"gather": set(), "fma": set(), "fma_stack": set()}
     for f in program.functions:
         for index, ins in enumerate(f.instructions):
@@ -1529,7 +1531,6 @@ def test_gathers_hoisted_beyond_the_registers_are_spilled_to_the_stack_not_rebui
     innermost = max(depths["fma"])
     assert max(depths["gather"]) < innermost and innermost in depths["fma_stack"]
     cfg = dataclasses.replace(KernelConfig.for_spec(spec), llvm_vector_width=True)
-    sch = s_tir.Schedule(cand.to_mod())
     _, rebuilt = _details(sch, "C_update", cfg, spec)
     _, spilled = _details(sch, "C_update", dataclasses.replace(cfg, hoisted_gathers_spill=True), spec)
     assert rebuilt["gathers"] > 0 and spilled["gathers"] == rebuilt["gathers"] / spilled["inner_extent"]
