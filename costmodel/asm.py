@@ -1294,6 +1294,19 @@ def _solve_trip(first: int, step: int, bound: int, rel: str, bottom: bool) -> in
     return s + 1 if bottom else s
 
 
+def induction_step(f: AsmFunction, li: int) -> int | None:
+    """The constant step of the register that loop `li`'s exit test reads, stepped once per iteration, also when
+    the loop's bounds are not constants (a parallel body's chunk loop); None when it is not such a register."""
+    cmp = _compare_of(f, li)
+    if cmp is None:
+        return None
+    ind = cmp[0]
+    writes = _writes_in(f, ind, li)
+    if len(writes) != 1 or f.innermost_loop(writes[0]) != li:
+        return None
+    return (_x86_step if f.arch == "x86" else _a64_step)(f.instructions[writes[0]], ind) or None
+
+
 def _infer_trip(f: AsmFunction, li: int) -> int | None:
     """Trip count of loop `li` from its induction register, step, initial value and bound, or None."""
     cmp = _compare_of(f, li)

@@ -22,7 +22,13 @@ from ..target import HardwareSpec
 from .asm import AsmParseError, analyze_asm
 from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
-from .fpratio import cycles_per_fp_lane, repair_fma_counts, stack_accesses_per_fp_lane, tir_fp_lanes
+from .fpratio import (
+    cycles_per_fp_lane,
+    repair_chunk_counts,
+    repair_fma_counts,
+    stack_accesses_per_fp_lane,
+    tir_fp_lanes,
+)
 from .kernel import KernelConfig, kernel_cycles, libm_lane_cycles
 from .listsched import ListScheduler, SchedConfig
 from .looptree import LoopNode, LoopTree, StmtLeaf
@@ -162,7 +168,10 @@ class CPUFeatureExtractor:
         """Features of a scheduled module; raises AsmParseError or a TVM error when it cannot be analysed."""
         tree = LoopTree.from_mod(mod)
         text = asm if asm is not None else self.assembly(mod)
-        program, _, counts = analyze_asm(text, self.arch, tree.preorder())
+        program, mapping, counts = analyze_asm(text, self.arch, tree.preorder())
+        float_only = self.kernel.float_lanes_only
+        if self.kernel.repair_chunk_steps:
+            counts = repair_chunk_counts(program, mapping, counts, tree, self.kernel, float_only)
         counts = repair_fma_counts(program, counts, tree, self.kernel.repair_fma_counts, self.kernel)
         speedup, launches = parallel_speedup(tree, self.spec.cores)
         par_cycles = ser_cycles = 0.0
@@ -179,7 +188,8 @@ class CPUFeatureExtractor:
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
         kern = kernel_cycles(tree, self.spec, self.kernel)
-        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks, self.fma_scheduler)
+        rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks, self.fma_scheduler,
+                                  float_only)
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles
@@ -197,7 +207,7 @@ class CPUFeatureExtractor:
             kern.serial_cycles,
             asm_fp / speedup,
             asm_fp,
-            stack_accesses_per_fp_lane(program, counts) * fp_ops / speedup,
+            stack_accesses_per_fp_lane(program, counts, float_only) * fp_ops / speedup,
             self._burst_store_lines(mod, tree),
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,

@@ -12,29 +12,36 @@ without trusting the absolute counts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
-from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, tally_blocks
+from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, LoopMapping, induction_step, tally_blocks
 from .kernel import FP_OPS, VECTOR_CALL_COST, KernelConfig, call_name, statement_trips
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
 _FP_CLASSES = frozenset({VEC_FMA, VEC_ARITH, SCALAR_FP})
 _STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers when frames are omitted
+# vector arithmetic on floating-point lanes: x86 packed FP (vaddps, vmaxps, vcmpps; not vpaddd or conversions),
+# AArch64 f-prefixed (fadd, fmax; not add, shl or scvtf)
+_FLOAT_SIMD = re.compile(r"^v(?!p|cvt)[a-z0-9]*p[sdh]$|^f(?!cvt)")
 
 
-def fp_lanes(instructions: Iterable) -> float:
+def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
     """FP lane operations of a run of instructions (scalar FP = 1, vector = width / 32); zeroing idioms
-    (no register read, e.g. vxorps x, x, x) are not arithmetic."""
+    (no register read, e.g. vxorps x, x, x) are not arithmetic. `float_only`: vector arithmetic on integers (the
+    index vectors of LLVM's gathers and scatters) is not counted either (`KernelConfig.float_lanes_only`)."""
     total = 0.0
     for inst in instructions:
         if inst.iclass in _FP_CLASSES and (inst.reads or inst.mem_read):
+            if float_only and inst.iclass == VEC_ARITH and not _FLOAT_SIMD.match(inst.mnemonic):
+                continue
             total += max(inst.width, 32) / 32 if inst.width else 1.0
     return total
 
 
-def _fp_units(program: AsmProgram, counts: InstructionCounts
+def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False
               ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
     """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
     doing FP work: every innermost loop as a whole, and every straight-line block outside one."""
@@ -52,18 +59,20 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts
         units += [([b.instructions], False, executions.get((f.name, b.start), 0))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
         for blocks, single, n in units:
-            lanes = sum(fp_lanes(insts) for insts in blocks)
+            lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
             if lanes > 0:
                 yield blocks, single, n, lanes
 
 
 def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
-                       merge_loop_blocks: bool = False, fma_scheduler: ListScheduler | None = None) -> float | None:
+                       merge_loop_blocks: bool = False, fma_scheduler: ListScheduler | None = None,
+                       float_only: bool = False) -> float | None:
     """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code).
     `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`);
-    `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`)."""
+    `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`); `float_only`: see
+    `fp_lanes`."""
     cycles = lanes = 0.0
-    for blocks, single, n, unit_lanes in _fp_units(program, counts):
+    for blocks, single, n, unit_lanes in _fp_units(program, counts, float_only):
         fma = fma_scheduler is not None and any(i.iclass == VEC_FMA for insts in blocks for i in insts)
         sched = fma_scheduler if fma else scheduler
         if merge_loop_blocks and len(blocks) > 1:
@@ -74,11 +83,11 @@ def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler
     return cycles / lanes if lanes > 0 else None
 
 
-def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts) -> float:
+def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts, float_only: bool = False) -> float:
     """Execution-weighted loads and stores through the stack pointer per FP lane operation in the FP units:
     register spills and reloads of the code that does the arithmetic (0 without FP code)."""
     stack = lanes = 0.0
-    for blocks, _, n, unit_lanes in _fp_units(program, counts):
+    for blocks, _, n, unit_lanes in _fp_units(program, counts, float_only):
         stack += n * sum(1 for insts in blocks for i in insts
                          if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
         lanes += unit_lanes * n
@@ -131,13 +140,60 @@ def repair_fma_counts(program: AsmProgram, counts: InstructionCounts, tree: Loop
     return tally_blocks(blocks, counts.invocations, counts.fallbacks + 1)
 
 
+def _leaf_fp_ops(leaf) -> int:
+    """FP operations of one execution of a statement, as `tir_fp_lanes` counts them."""
+    return sum(n for k, n in leaf.ops.items() if k in FP_OPS or call_name(k) in VECTOR_CALL_COST)
+
+
 def tir_fp_lanes(tree: LoopTree, kernel: KernelConfig | None = None) -> float:
     """FP operations the TIR executes (one per element: what the FP lanes of the assembly add up to). A call
     that stays one instruction (sqrt, fabs, ...) is one operation; libm calls (exp, erf, ...) are not counted:
     their bodies are not in the kernel's assembly, and `kernel.libm_lane_cycles` prices them."""
-    total = 0.0
-    for leaf, trips in statement_trips(tree, kernel):
-        ops = sum(n for k, n in leaf.ops.items() if k in FP_OPS)
-        ops += sum(n for k, n in leaf.ops.items() if call_name(k) in VECTOR_CALL_COST)
-        total += trips * ops
-    return total
+    return sum(trips * _leaf_fp_ops(leaf) for leaf, trips in statement_trips(tree, kernel))
+
+
+def fp_ops_per_iteration(tree: LoopTree, kernel: KernelConfig | None = None) -> list[float]:
+    """FP operations (`tir_fp_lanes`) per iteration of each loop of `tree`, in the order of `tree.preorder()`."""
+    trips = {id(leaf): t for leaf, t in statement_trips(tree, kernel)}
+    per: dict[int, float] = {}
+
+    def visit(node, outer: int) -> float:
+        if not node.is_loop:
+            return trips.get(id(node), 0.0) * _leaf_fp_ops(node)
+        iterations = outer * node.extent
+        total = sum(visit(c, iterations) for c in node.children)
+        per[id(node)] = total / iterations if iterations else 0.0
+        return total
+
+    for root in tree.roots:
+        visit(root, 1)
+    return [per.get(id(lp), 0.0) for lp in tree.preorder()]
+
+
+def repair_chunk_counts(program: AsmProgram, mapping: LoopMapping, counts: InstructionCounts, tree: LoopTree,
+                        kernel: KernelConfig | None = None, float_only: bool = False) -> InstructionCounts:
+    """`counts` with the executions of each innermost loop whose trip Algorithm 1 took from its TIR loop's extent
+    (bounds not constants: a parallel body's chunk loop) divided by its induction step s > 1, when one iteration does
+    s iterations' worth of the TIR's FP operations: LLVM vectorized or unrolled the loop s wide
+    (`KernelConfig.repair_chunk_steps`). Counted at the extent, such a loop weighed s times its share in the FP rate."""
+    per_iteration = None
+    scale: dict[tuple[str, int], int] = {}
+    for m in mapping.matches:
+        if m.source != "ir" or m.ir_index is None:
+            continue
+        f = program.function(m.function)
+        lp = f.loops[m.loop]
+        step = abs(induction_step(f, m.loop) or 0) if not lp.children else 0
+        if step < 2:
+            continue
+        if per_iteration is None:
+            per_iteration = fp_ops_per_iteration(tree, kernel)
+        want = step * per_iteration[m.ir_index]
+        lanes = sum(fp_lanes(f.blocks[b].instructions, float_only) for b in lp.blocks)
+        if want > 0 and 0.75 <= lanes / want <= 4 / 3:
+            scale.update(((f.name, f.blocks[b].start), step) for b in lp.blocks)
+    if not scale:
+        return counts
+    blocks = [replace(b, executions=b.executions // scale[(b.function, b.block.start)])
+              if (b.function, b.block.start) in scale else b for b in counts.blocks]
+    return tally_blocks(blocks, counts.invocations, counts.fallbacks)

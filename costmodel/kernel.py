@@ -256,6 +256,16 @@ class KernelConfig:
     # (`fpratio.repair_fma_counts`); 0: never. Of 10 GEMM tiles timed on Zen 3, 6 were miscounted 1/8 to 12x (LLVM
     # duplicated or rearranged their loops), and a 300-s search picked one counted 1/8 (session 75)
     repair_fma_counts: float = 0.0
+    # The assembly's FP lanes count floating-point vector arithmetic only: LLVM's gathers and scatters compute their
+    # index vectors with integer vector instructions (vpsllq, vpaddd on zmm), which counted as 16 FP lanes each made
+    # such loops look cheap per FP operation (`fpratio.fp_lanes`; session 95, softmax on Emerald Rapids)
+    float_lanes_only: bool = False
+    # A parallel body's chunk loop has no constant bounds, so Algorithm 1 takes its TIR loop's extent as its trip;
+    # LLVM often vectorizes or unrolls it s wide (its induction register steps by s), and it then runs extent / s
+    # times. Applied where one iteration's FP lanes are s times the TIR's FP operations per iteration of that loop
+    # (`fpratio.repair_chunk_counts`). Counted at the extent, such loops weighed up to 32x their share in the FP rate
+    # (session 95: in a softmax sample every candidate had such a loop)
+    repair_chunk_steps: bool = False
     # LLVM's LICM hoists the loads of a contiguous or broadcast operand that does not change with the innermost
     # iterating loop into that loop's preheader even when they do not fit the registers left by the accumulators; the
     # register allocator then stores them to the stack there, and the body reads them back. Cycles per hoisted vector

@@ -204,3 +204,60 @@ def test_multiply_adds_miscounted_by_the_loop_mapping_are_scaled_to_the_tirs_cou
         assert after.executions == before.executions * (10 if before.block.start == inner else 1)
     assert fixed.total == wrong.total + 9 * len(prog.functions[0].blocks[2].instructions) * 4
     assert fixed.fallbacks == wrong.fallbacks + 1
+
+
+def test_integer_vector_arithmetic_is_no_fp_lane_when_float_lanes_only():
+    """LLVM computes a gather's indices with integer vector instructions; counted as FP lanes they made a loop
+    look cheap per FP operation. With `float_only` only floating-point vector arithmetic counts (x86 packed FP
+    mnemonics, AArch64 f-prefixed ones); conversions are not FP operations of the TIR either."""
+    x86 = asm.parse_asm("main_compute_:\n    vpsllq $4, %zmm0, %zmm7\n    vaddps %ymm4, %ymm8, %ymm8\n"
+                        "    vcvtdq2ps %ymm1, %ymm2\n    vmaxps %zmm1, %zmm2, %zmm3\n    retq\n", "x86")
+    a64 = asm.parse_asm("main_compute_:\n    add v0.4s, v1.4s, v2.4s\n    fadd v3.4s, v4.4s, v5.4s\n"
+                        "    fmax v6.4s, v7.4s, v8.4s\n    ret\n", "aarch64")
+    for prog, every, floats in ((x86, 16 + 8 + 8 + 16, 8 + 16), (a64, 12, 8)):
+        insts = prog.functions[0].instructions
+        assert fp_lanes(insts) == every
+        assert fp_lanes(insts, float_only=True) == floats
+
+
+def _parallel_elementwise(parallel: bool) -> s_tir.Schedule:
+    """y = max(x, 0.5) * 3 over 4096 elements (two FP operations each), its loop parallel or not."""
+    x = te.placeholder((4096,), "float32", name="x")
+    y = te.compute((4096,), lambda i: te.max(x[i], tvm.tirx.const(0.5, "float32")) * 3.0, name="y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([x, y])}))
+    if parallel:
+        sch.parallel(sch.get_loops(sch.get_sblock("y"))[0])
+    return sch
+
+
+def test_a_chunk_loop_llvm_vectorized_runs_its_extent_over_its_step():
+    """A parallel body's chunk loop has no constant bounds, so the mapping counts it at the TIR loop's extent (4096);
+    LLVM vectorized and unrolled it 32 wide, so its FP lanes came to 32x the TIR's 8192 operations. The repair
+    divides its executions by the induction step, as its FP lanes per iteration (64 = 32 x 2) agree with the TIR;
+    a loop whose bounds the assembly gives is left alone."""
+    from drytune.costmodel.cpu_features import FEATURE_NAMES, CPUFeatureExtractor
+    from drytune.costmodel.fpratio import _fp_units, repair_chunk_counts
+
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    extractor = CPUFeatureExtractor(tvm.target.Target(target), dt.spec_for(target), KernelConfig())
+
+    def executed_lanes(prog, counts) -> float:
+        return sum(n * lanes for _, _, n, lanes in _fp_units(prog, counts))
+
+    for parallel in (False, True):
+        sch = _parallel_elementwise(parallel)
+        tree = LoopTree.from_mod(sch.mod)
+        assert tir_fp_lanes(tree) == 8192
+        prog, mapping, counts = asm.analyze_asm(extractor.assembly(sch.mod), "x86", tree.preorder())
+        repaired = repair_chunk_counts(prog, mapping, counts, tree)
+        if not parallel:
+            assert repaired is counts
+            continue
+        chunk = next(m for m in mapping.matches if m.source == "ir")
+        assert chunk.trip == 4096 and asm.induction_step(prog.function(chunk.function), chunk.loop) == 32
+        assert executed_lanes(prog, counts) > 30 * 8192
+        assert executed_lanes(prog, repaired) == pytest.approx(8192, rel=0.01)
+    values = {on: CPUFeatureExtractor(tvm.target.Target(target), dt.spec_for(target), KernelConfig(
+        repair_chunk_steps=on)).extract(sch.mod).values for on in (False, True)}  # the parallel one
+    vec_mem = FEATURE_NAMES.index("vec_mem")
+    assert values[True][vec_mem] < values[False][vec_mem] / 10
