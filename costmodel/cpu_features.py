@@ -188,8 +188,11 @@ class CPUFeatureExtractor:
         scalar = counts.total - fma - vec_mem
         moved = data_movement(tree, self.spec, counter=self.footprints)
         kern = kernel_cycles(tree, self.spec, self.kernel)
+        skip_calls = self.kernel.rate_skips_call_units
         rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks, self.fma_scheduler,
-                                  float_only)
+                                  float_only, skip_calls)
+        if rate is None and skip_calls and cycles_per_fp_lane(program, counts, self.scheduler) is not None:
+            rate = 0.0  # all the FP code calls functions: the libm cycles below price it
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)
         asm_fp = rate * fp_ops + libm_lane_cycles(tree, self.kernel) if rate is not None else kern.serial_cycles
@@ -207,7 +210,7 @@ class CPUFeatureExtractor:
             kern.serial_cycles,
             asm_fp / speedup,
             asm_fp,
-            stack_accesses_per_fp_lane(program, counts, float_only) * fp_ops / speedup,
+            stack_accesses_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
             self._burst_store_lines(mod, tree),
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,

@@ -26,6 +26,7 @@ _STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers
 # vector arithmetic on floating-point lanes: x86 packed FP (vaddps, vmaxps, vcmpps; not vpaddd or conversions),
 # AArch64 f-prefixed (fadd, fmax; not add, shl or scvtf)
 _FLOAT_SIMD = re.compile(r"^v(?!p|cvt)[a-z0-9]*p[sdh]$|^f(?!cvt)")
+_CALLS = frozenset({"call", "callq", "bl", "blr"})
 
 
 def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
@@ -41,10 +42,11 @@ def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
     return total
 
 
-def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False
+def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False, skip_calls: bool = False
               ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
     """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
-    doing FP work: every innermost loop as a whole, and every straight-line block outside one."""
+    doing FP work: every innermost loop as a whole, and every straight-line block outside one; with `skip_calls`,
+    not those that call a function (`KernelConfig.rate_skips_call_units`)."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
@@ -59,6 +61,8 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
         units += [([b.instructions], False, executions.get((f.name, b.start), 0))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
         for blocks, single, n in units:
+            if skip_calls and any(i.mnemonic in _CALLS for insts in blocks for i in insts):
+                continue
             lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
             if lanes > 0:
                 yield blocks, single, n, lanes
@@ -66,13 +70,13 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
 
 def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
                        merge_loop_blocks: bool = False, fma_scheduler: ListScheduler | None = None,
-                       float_only: bool = False) -> float | None:
+                       float_only: bool = False, skip_calls: bool = False) -> float | None:
     """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code).
     `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`);
     `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`); `float_only`: see
-    `fp_lanes`."""
+    `fp_lanes`; `skip_calls`: see `_fp_units`."""
     cycles = lanes = 0.0
-    for blocks, single, n, unit_lanes in _fp_units(program, counts, float_only):
+    for blocks, single, n, unit_lanes in _fp_units(program, counts, float_only, skip_calls):
         fma = fma_scheduler is not None and any(i.iclass == VEC_FMA for insts in blocks for i in insts)
         sched = fma_scheduler if fma else scheduler
         if merge_loop_blocks and len(blocks) > 1:
@@ -83,11 +87,12 @@ def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler
     return cycles / lanes if lanes > 0 else None
 
 
-def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts, float_only: bool = False) -> float:
+def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts, float_only: bool = False,
+                               skip_calls: bool = False) -> float:
     """Execution-weighted loads and stores through the stack pointer per FP lane operation in the FP units:
     register spills and reloads of the code that does the arithmetic (0 without FP code)."""
     stack = lanes = 0.0
-    for blocks, _, n, unit_lanes in _fp_units(program, counts, float_only):
+    for blocks, _, n, unit_lanes in _fp_units(program, counts, float_only, skip_calls):
         stack += n * sum(1 for insts in blocks for i in insts
                          if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
         lanes += unit_lanes * n

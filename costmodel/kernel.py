@@ -266,6 +266,12 @@ class KernelConfig:
     # (`fpratio.repair_chunk_counts`). Counted at the extent, such loops weighed up to 32x their share in the FP rate
     # (session 95: in a softmax sample every candidate had such a loop)
     repair_chunk_steps: bool = False
+    # The assembly's FP rate leaves out the units that call a function (the scalarized libm calls of exp, erf, ...):
+    # `libm_cycles`, measured over whole kernels of such calls, already price the code around each call, and the list
+    # scheduler, which does not see the callee, chains the stores and reloads around the calls (softmax's exp loop of
+    # 16 calls priced 152 cycles, 9.5 per call on top of the call's 7.5; the whole softmax ran 8.8 per element on
+    # Emerald Rapids, session 95). Calls laid out straight-line had no FP lanes and were never counted
+    rate_skips_call_units: bool = False
     # LLVM's LICM hoists the loads of a contiguous or broadcast operand that does not change with the innermost
     # iterating loop into that loop's preheader even when they do not fit the registers left by the accumulators; the
     # register allocator then stores them to the stack there, and the body reads them back. Cycles per hoisted vector

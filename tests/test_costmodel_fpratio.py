@@ -261,3 +261,31 @@ def test_a_chunk_loop_llvm_vectorized_runs_its_extent_over_its_step():
         repair_chunk_steps=on)).extract(sch.mod).values for on in (False, True)}  # the parallel one
     vec_mem = FEATURE_NAMES.index("vec_mem")
     assert values[True][vec_mem] < values[False][vec_mem] / 10
+
+
+def test_units_that_call_libm_leave_the_fp_rate_to_the_per_call_price():
+    """exp over a TVM vector of 8 lanes is 8 calls to expf per iteration, with the argument's vsubps the only FP
+    lanes. The list scheduler prices the code around the calls (the callee unseen); `libm_cycles` were measured over
+    whole kernels of such calls. With `rate_skips_call_units` the calling units leave the rate, and where all the FP
+    code calls, the assembly's FP cycles are the libm cycles alone."""
+    from drytune.costmodel.cpu_features import FEATURE_NAMES, CPUFeatureExtractor
+
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}
+    x = te.placeholder((64, 64), "float32", name="x")
+    y = te.compute((64, 64), lambda i, j: te.exp(x[i, j] - 1.0), name="y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([x, y])}))
+    _, j = sch.get_loops(sch.get_sblock("y"))
+    sch.vectorize(sch.split(j, [None, 8])[1])
+    tree = LoopTree.from_mod(sch.mod)
+    fp = FEATURE_NAMES.index("asm_fp_cycles")
+    values = {}
+    for skip in (False, True):
+        extractor = CPUFeatureExtractor(tvm.target.Target(target), dt.spec_for(target),
+                                        KernelConfig(rate_skips_call_units=skip))
+        text = extractor.assembly(sch.mod)
+        prog, _, counts = asm.analyze_asm(text, "x86", tree.preorder())
+        assert (cycles_per_fp_lane(prog, counts, extractor.scheduler, skip_calls=skip) is None) == skip
+        values[skip] = extractor.extract(sch.mod, text).values[fp]
+    libm = libm_lane_cycles(tree, KernelConfig())
+    assert values[True] == pytest.approx(libm)
+    assert values[False] > libm + 64 * 64  # the scheduled call sequences: more than a cycle per call on top
