@@ -26,7 +26,13 @@ _STACK_POINTERS = frozenset({"rsp", "sp"})  # rbp and x29 may hold data pointers
 # vector arithmetic on floating-point lanes: x86 packed FP (vaddps, vmaxps, vcmpps; not vpaddd or conversions),
 # AArch64 f-prefixed (fadd, fmax; not add, shl or scvtf)
 _FLOAT_SIMD = re.compile(r"^v(?!p|cvt)[a-z0-9]*p[sdh]$|^f(?!cvt)")
-_CALLS = frozenset({"call", "callq", "bl", "blr"})
+_DIRECT_CALLS = frozenset({"call", "callq", "bl"})
+
+
+def _calls_a_function(inst) -> bool:
+    """A direct call of a named function (expf@PLT, erff): not the runtime's calls through a pointer (the parallel
+    launch inside a loop)."""
+    return inst.mnemonic in _DIRECT_CALLS and bool(inst.operands) and not inst.operands[0].startswith("*")
 
 
 def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
@@ -46,7 +52,7 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
               ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
     """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
     doing FP work: every innermost loop as a whole, and every straight-line block outside one; with `skip_calls`,
-    not those that call a function (`KernelConfig.rate_skips_call_units`)."""
+    not those that call a named function (`KernelConfig.rate_skips_call_units`)."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
@@ -61,7 +67,7 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
         units += [([b.instructions], False, executions.get((f.name, b.start), 0))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
         for blocks, single, n in units:
-            if skip_calls and any(i.mnemonic in _CALLS for insts in blocks for i in insts):
+            if skip_calls and any(_calls_a_function(i) for insts in blocks for i in insts):
                 continue
             lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
             if lanes > 0:

@@ -266,7 +266,8 @@ class KernelConfig:
     # (`fpratio.repair_chunk_counts`). Counted at the extent, such loops weighed up to 32x their share in the FP rate
     # (session 95: in a softmax sample every candidate had such a loop)
     repair_chunk_steps: bool = False
-    # The assembly's FP rate leaves out the units that call a function (the scalarized libm calls of exp, erf, ...):
+    # The assembly's FP rate leaves out the units that call a named function (the scalarized libm calls of exp, erf;
+    # not the runtime's calls through a pointer, such as a parallel launch inside a loop):
     # `libm_cycles`, measured over whole kernels of such calls, already price the code around each call, and the list
     # scheduler, which does not see the callee, chains the stores and reloads around the calls (softmax's exp loop of
     # 16 calls priced 152 cycles, 9.5 per call on top of the call's 7.5; the whole softmax ran 8.8 per element on
