@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, LoopMapping, induction_step, tally_blocks
-from .kernel import FP_OPS, VECTOR_CALL_COST, KernelConfig, call_name, statement_trips
+from .kernel import FP_OPS, VECTOR_CALL_COST, KernelConfig, call_name, libm_symbol, statement_trips
 from .listsched import ListScheduler
 from .looptree import LoopTree
 
@@ -29,10 +29,10 @@ _FLOAT_SIMD = re.compile(r"^v(?!p|cvt)[a-z0-9]*p[sdh]$|^f(?!cvt)")
 _DIRECT_CALLS = frozenset({"call", "callq", "bl"})
 
 
-def _calls_a_function(inst) -> bool:
-    """A direct call of a named function (expf@PLT, erff): not the runtime's calls through a pointer (the parallel
+def _calls_libm(inst) -> bool:
+    """A call of a libm function (expf@PLT, erff): not memset, nor the runtime's calls through a pointer (the parallel
     launch inside a loop)."""
-    return inst.mnemonic in _DIRECT_CALLS and bool(inst.operands) and not inst.operands[0].startswith("*")
+    return inst.mnemonic in _DIRECT_CALLS and inst.target is not None and libm_symbol(inst.target)
 
 
 def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
@@ -52,7 +52,7 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
               ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
     """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
     doing FP work: every innermost loop as a whole, and every straight-line block outside one; with `skip_calls`,
-    not those that call a named function (`KernelConfig.rate_skips_call_units`)."""
+    not those that call a libm function (`KernelConfig.rate_skips_call_units`)."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
@@ -67,7 +67,7 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
         units += [([b.instructions], False, executions.get((f.name, b.start), 0))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
         for blocks, single, n in units:
-            if skip_calls and any(_calls_a_function(i) for insts in blocks for i in insts):
+            if skip_calls and any(_calls_libm(i) for insts in blocks for i in insts):
                 continue
             lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
             if lanes > 0:

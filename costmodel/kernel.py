@@ -49,6 +49,12 @@ _INT_KINDS = ("iadd", "isub", "imul", "icmp", "logic", "idiv", "imod", "shift")
 FP_OPS = frozenset({"fma", "fadd", "fsub", "fmul", "fdiv", "fminmax", "fsqrt"})  # TIR floating-point operations
 
 
+def libm_symbol(symbol: str) -> bool:
+    """Is `symbol` (an assembly call target: expf@PLT, erff, tanh) one of the libm functions TVM scalarizes?"""
+    name = symbol.split("@")[0].lstrip("_")
+    return name in _LIBM_CALLS or (name.endswith("f") and name[:-1] in _LIBM_CALLS)
+
+
 def call_name(op_key: str) -> str | None:
     """The function a statement's op key counts ("call:tirx.exp" -> "exp"), None for other ops."""
     return op_key.rsplit(".", 1)[-1] if op_key.startswith("call:") else None
@@ -266,8 +272,8 @@ class KernelConfig:
     # (`fpratio.repair_chunk_counts`). Counted at the extent, such loops weighed up to 32x their share in the FP rate
     # (session 95: in a softmax sample every candidate had such a loop)
     repair_chunk_steps: bool = False
-    # The assembly's FP rate leaves out the units that call a named function (the scalarized libm calls of exp, erf;
-    # not the runtime's calls through a pointer, such as a parallel launch inside a loop):
+    # The assembly's FP rate leaves out the units that call a libm function (the scalarized calls of exp, erf; not
+    # memset, nor the runtime's calls through a pointer such as a parallel launch inside a loop):
     # `libm_cycles`, measured over whole kernels of such calls, already price the code around each call, and the list
     # scheduler, which does not see the callee, chains the stores and reloads around the calls (softmax's exp loop of
     # 16 calls priced 152 cycles, 9.5 per call on top of the call's 7.5; the whole softmax ran 8.8 per element on
