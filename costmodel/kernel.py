@@ -270,7 +270,7 @@ class KernelConfig:
     # LLVM often vectorizes or unrolls it s wide (its induction register steps by s), and it then runs extent / s
     # times. Applied where one iteration's FP lanes are s times the TIR's FP operations per iteration of that loop
     # (`fpratio.repair_chunk_counts`). Counted at the extent, such loops weighed up to 32x their share in the FP rate
-    # (session 95: in a softmax sample every candidate had such a loop)
+    # (session 95: softmax's 200 fidelity candidates had 313 such loops)
     repair_chunk_steps: bool = False
     # The assembly's FP rate leaves out the units that call a libm function (the scalarized calls of exp, erf; not
     # memset, nor the runtime's calls through a pointer such as a parallel launch inside a loop):
