@@ -24,6 +24,7 @@ from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import (
     cycles_per_fp_lane,
+    has_fp_code,
     repair_chunk_counts,
     repair_fma_counts,
     stack_accesses_per_fp_lane,
@@ -191,7 +192,7 @@ class CPUFeatureExtractor:
         skip_calls = self.kernel.rate_skips_call_units
         rate = cycles_per_fp_lane(program, counts, self.scheduler, self.kernel.merge_loop_blocks, self.fma_scheduler,
                                   float_only, skip_calls)
-        if rate is None and skip_calls and cycles_per_fp_lane(program, counts, self.scheduler) is not None:
+        if rate is None and skip_calls and has_fp_code(program, counts):
             rate = 0.0  # all the FP code calls functions: the libm cycles below price it
         # no FP code in the assembly (copies, integer work): fall back to the kernel model's cycles
         fp_ops = tir_fp_lanes(tree, self.kernel)

@@ -74,6 +74,11 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
                 yield blocks, single, n, lanes
 
 
+def has_fp_code(program: AsmProgram, counts: InstructionCounts) -> bool:
+    """Does the program execute FP lane operations at all (what `cycles_per_fp_lane` needs for a rate)?"""
+    return any(n > 0 for _, _, n, _ in _fp_units(program, counts))
+
+
 def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
                        merge_loop_blocks: bool = False, fma_scheduler: ListScheduler | None = None,
                        float_only: bool = False, skip_calls: bool = False) -> float | None:
