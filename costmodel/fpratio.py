@@ -16,7 +16,17 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
-from .asm import SCALAR_FP, VEC_ARITH, VEC_FMA, AsmProgram, InstructionCounts, LoopMapping, induction_step, tally_blocks
+from .asm import (
+    SCALAR_FP,
+    SHUFFLE,
+    VEC_ARITH,
+    VEC_FMA,
+    AsmProgram,
+    InstructionCounts,
+    LoopMapping,
+    induction_step,
+    tally_blocks,
+)
 from .kernel import FP_OPS, VECTOR_CALL_COST, KernelConfig, call_name, libm_symbol, statement_trips
 from .listsched import ListScheduler
 from .looptree import LoopTree
@@ -48,11 +58,11 @@ def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
     return total
 
 
-def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False, skip_calls: bool = False
-              ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
-    """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
-    doing FP work: every innermost loop as a whole, and every straight-line block outside one; with `skip_calls`,
-    not those that call a libm function (`KernelConfig.rate_skips_call_units`)."""
+def _units(program: AsmProgram, counts: InstructionCounts, skip_calls: bool = False
+           ) -> Iterator[tuple[list[Sequence], bool, int]]:
+    """(blocks' instructions, whole single-block loop body, executions) of each unit of the program: every innermost
+    loop as a whole, and every straight-line block outside one; with `skip_calls`, not those that call a libm
+    function (`KernelConfig.rate_skips_call_units`)."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
@@ -67,11 +77,18 @@ def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool =
         units += [([b.instructions], False, executions.get((f.name, b.start), 0))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
         for blocks, single, n in units:
-            if skip_calls and any(_calls_libm(i) for insts in blocks for i in insts):
-                continue
-            lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
-            if lanes > 0:
-                yield blocks, single, n, lanes
+            if not (skip_calls and any(_calls_libm(i) for insts in blocks for i in insts)):
+                yield blocks, single, n
+
+
+def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False, skip_calls: bool = False
+              ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
+    """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
+    (`_units`) doing FP work; `float_only`: see `fp_lanes`."""
+    for blocks, single, n in _units(program, counts, skip_calls):
+        lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
+        if lanes > 0:
+            yield blocks, single, n, lanes
 
 
 def has_fp_code(program: AsmProgram, counts: InstructionCounts) -> bool:
@@ -108,6 +125,21 @@ def stack_accesses_per_fp_lane(program: AsmProgram, counts: InstructionCounts, f
                          if (i.mem_read or i.mem_write) and i.mem_base in _STACK_POINTERS)
         lanes += unit_lanes * n
     return stack / lanes if lanes > 0 else 0.0
+
+
+def outside_shuffles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, float_only: bool = False,
+                                 skip_calls: bool = False) -> float:
+    """Execution-weighted shuffles and inserts of the units that do no FP work (`_units`), per FP lane operation of
+    the FP units (0 without FP code): what the FP rate does not see. LLVM builds a TVM vector of odd width lane by
+    lane (a weight's 56-lane splat: 42 vinsertps and 3 wider inserts) before the loop that uses it."""
+    shuffles = lanes = 0.0
+    for blocks, _, n in _units(program, counts, skip_calls):
+        unit_lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
+        if unit_lanes > 0:
+            lanes += n * unit_lanes
+        else:
+            shuffles += n * sum(1 for insts in blocks for i in insts if i.iclass == SHUFFLE)
+    return shuffles / lanes if lanes > 0 else 0.0
 
 
 def _fma_lanes(inst) -> float:

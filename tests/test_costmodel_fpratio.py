@@ -302,3 +302,46 @@ def test_only_libm_calls_take_a_unit_out_of_the_rate():
         counts = asm.count_instructions(prog, asm.map_loops(prog, []))
         assert (cycles_per_fp_lane(prog, counts, sched, skip_calls=True) is not None) == kept
         assert cycles_per_fp_lane(prog, counts, sched) is not None
+
+
+def _broadcast_multiply_add(lanes: int) -> tvm.IRModule:
+    """C[i, b, x] += W[i, k] * X[b, k, x] with x a TVM vector of `lanes`: W's element is broadcast to the vector and
+    does not change with the row loop b, so LLVM builds its splats before that loop."""
+    w = te.placeholder((4, 16), "float32", name="W")
+    x = te.placeholder((32, 16, lanes), "float32", name="X")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((4, 32, lanes), lambda i, b, j: te.sum(w[i, k] * x[b, k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([w, x, c])}))
+    block = sch.get_sblock("C")
+    i, b, j, r = sch.get_loops(block)
+    k0, k1 = sch.split(r, [None, 4])
+    sch.reorder(i, k0, b, k1, j)
+    sch.unroll(k1)
+    sch.vectorize(j)
+    sch.decompose_reduction(block, k0)
+    return sch.mod
+
+
+def test_splats_of_an_odd_width_vector_are_shuffles_outside_the_fp_code():
+    """A 56-lane splat is built with vinsertps, three per 128-bit piece, and joined with wider inserts; at 32 lanes it
+    is one broadcast. LLVM builds it before the row loop, in code without FP arithmetic, which the FP rate and the
+    stack accesses do not look at: `outside_shuffles_per_fp_lane` counts it, and the feature `asm_outside_shuffles`
+    is that rate times the TIR's FP operations."""
+    from drytune.costmodel.cpu_features import FEATURE_NAMES, CPUFeatureExtractor
+    from drytune.costmodel.fpratio import outside_shuffles_per_fp_lane
+
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}
+    extractor = CPUFeatureExtractor(tvm.target.Target(target), dt.spec_for(target), KernelConfig())
+    col = FEATURE_NAMES.index("asm_outside_shuffles")
+    rates = {}
+    for lanes in (32, 56):
+        mod = _broadcast_multiply_add(lanes)
+        tree = LoopTree.from_mod(mod)
+        text = extractor.assembly(mod)
+        prog, _, counts = asm.analyze_asm(text, "x86", tree.preorder())
+        rates[lanes] = outside_shuffles_per_fp_lane(prog, counts)
+        assert extractor.extract(mod, text).values[col] == pytest.approx(rates[lanes] * tir_fp_lanes(tree))
+        assert stack_accesses_per_fp_lane(prog, counts) == 0
+    assert rates[32] == 0
+    # per run of the row loop (32 rows of 4 x 56 FP lanes): four splats of 42 vinsertps and 3 wider inserts each
+    assert rates[56] == pytest.approx(4 * 45 / (32 * 4 * 56), rel=0.3)

@@ -42,7 +42,7 @@ def _task(name: str, target: str | dict = "llvm") -> dt.Task:
 
 def test_fit_recovers_known_coefficients() -> None:
     rng = np.random.default_rng(0)
-    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 0.0, 0.0, 0.3, 0.0, 1.5, 4.0])
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 0.0, 0.0, 0.3, 0.0, 1.5, 4.0, 0.8])
     feats = rng.uniform(1e3, 1e6, size=(60, len(FEATURE_NAMES)))
     seconds = feats @ true / 2.5e9
     fitted = fit_coefficients(feats, seconds, freq_ghz=2.5)
@@ -54,7 +54,7 @@ def test_fit_recovers_known_coefficients() -> None:
 def test_log_ranking_fit_ignores_per_operator_scale() -> None:
     """Each operator's latencies off by its own factor: the order within operators still fixes the weights."""
     rng = np.random.default_rng(1)
-    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 3.0, 0.5, 0.0, 1.0, 0.0, 4.0])
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 3.0, 0.5, 0.0, 1.0, 0.0, 4.0, 0.0])
     feats = rng.uniform(1e3, 1e6, size=(90, len(FEATURE_NAMES)))
     groups = np.repeat(["a", "b", "c"], 30)
     factor = np.repeat([1.0, 3.0, 0.2], 30)
@@ -251,9 +251,9 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     tasks = [_task("gemm"), _task("softmax")]
     out = tmp_path / "x86-calibrated.json"
     data = str(tmp_path / "work" / "data.jsonl")  # a work directory that does not exist yet
-    coeffs = calibrate(tasks, 7, data, str(out), rounds=2, progress=False)
+    coeffs = calibrate(tasks, 8, data, str(out), rounds=2, progress=False)
     rows = read_rows(data)
-    assert len(rows) == 14 and all(len(r.times) == 2 and r.seconds == np.median(r.times) for r in rows if r.ok)
+    assert len(rows) == 16 and all(len(r.times) == 2 and r.seconds == np.median(r.times) for r in rows if r.ok)
     loaded = Coefficients.load(str(out))
     assert loaded.values == coeffs.values and "Calibrated" in loaded.origin
     assert "burst_store_lines neither" in loaded.origin  # measured, not fitted (the rows are no network kernels)
@@ -267,10 +267,10 @@ def test_calibrate_writes_loadable_coefficients(tmp_path) -> None:
     one = str(tmp_path / "one.jsonl")
     with open(one, "w") as f:
         f.writelines(line for i, line in enumerate(lines) if i not in last.values())
-    calibrate(tasks, 7, one, str(tmp_path / "one.json"), rounds=1, progress=False)
+    calibrate(tasks, 8, one, str(tmp_path / "one.json"), rounds=1, progress=False)
     rows_one = read_rows(one)
     measured = rows_one[len(lines) - len(last):]
-    assert len(rows_one) == 14 and [r.op for r in measured] == [t.name for t in tasks]
+    assert len(rows_one) == 16 and [r.op for r in measured] == [t.name for t in tasks]
     assert all(len(r.times) == 3 and r.seconds == np.median(r.times) for r in measured if r.ok)
 
 
