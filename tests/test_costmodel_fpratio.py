@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import tvm
-from tir_programs import matmul_schedule
+from tir_programs import matmul_schedule, splat_kernel
 from tvm import s_tir, te
 
 import drytune as dt
@@ -304,24 +304,6 @@ def test_only_libm_calls_take_a_unit_out_of_the_rate():
         assert cycles_per_fp_lane(prog, counts, sched) is not None
 
 
-def _broadcast_multiply_add(lanes: int) -> tvm.IRModule:
-    """C[i, b, x] += W[i, k] * X[b, k, x] with x a TVM vector of `lanes`: W's element is broadcast to the vector and
-    does not change with the row loop b, so LLVM builds its splats before that loop."""
-    w = te.placeholder((4, 16), "float32", name="W")
-    x = te.placeholder((32, 16, lanes), "float32", name="X")
-    k = te.reduce_axis((0, 16), name="k")
-    c = te.compute((4, 32, lanes), lambda i, b, j: te.sum(w[i, k] * x[b, k, j], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([w, x, c])}))
-    block = sch.get_sblock("C")
-    i, b, j, r = sch.get_loops(block)
-    k0, k1 = sch.split(r, [None, 4])
-    sch.reorder(i, k0, b, k1, j)
-    sch.unroll(k1)
-    sch.vectorize(j)
-    sch.decompose_reduction(block, k0)
-    return sch.mod
-
-
 def test_splats_of_an_odd_width_vector_are_shuffles_outside_the_fp_code():
     """A 56-lane splat is built with vinsertps, three per 128-bit piece, and joined with wider inserts; at 32 lanes it
     is one broadcast. LLVM builds it before the row loop, in code without FP arithmetic, which the FP rate and the
@@ -335,7 +317,7 @@ def test_splats_of_an_odd_width_vector_are_shuffles_outside_the_fp_code():
     col = FEATURE_NAMES.index("asm_outside_shuffles")
     rates = {}
     for lanes in (32, 56):
-        mod = _broadcast_multiply_add(lanes)
+        mod = splat_kernel(lanes, 4).mod
         tree = LoopTree.from_mod(mod)
         text = extractor.assembly(mod)
         prog, _, counts = asm.analyze_asm(text, "x86", tree.preorder())

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import tvm
 import tvm_ffi
-from tir_programs import compacted, depthwise_window_at_channels, matmul_schedule, max_pool_over_pad
+from tir_programs import compacted, depthwise_window_at_channels, matmul_schedule, max_pool_over_pad, splat_kernel
 from tvm import s_tir, te
 
 import drytune as dt
@@ -1353,24 +1353,6 @@ def test_a_pooling_window_copied_into_registers_keeps_its_interleaved_loads():
     assert det["lanes"] == 56 and det["gathers"] == 0 and det["shuffle"] > 0
 
 
-def _splat_kernel(lanes: int, unroll: int) -> s_tir.Schedule:
-    """C[i, b] += W[i, k] X[b, k] on a TVM vector of `lanes` columns: the row loop b iterates the body, `unroll`
-    reduction steps unrolled in it, each broadcasting one W element that does not change with b."""
-    W = te.placeholder((16, 64), "float32", name="W")
-    X = te.placeholder((32, 64, lanes), "float32", name="X")
-    k = te.reduce_axis((0, 64), name="k")
-    C = te.compute((16, 32, lanes), lambda i, b, x: te.sum(W[i, k] * X[b, k, x], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([W, X, C])}))
-    block = sch.get_sblock("C")
-    i, b, x, r = sch.get_loops(block)
-    k0, k1 = sch.split(r, [None, unroll])
-    sch.reorder(i, k0, b, k1, x)
-    sch.unroll(k1)
-    sch.vectorize(x)
-    sch.decompose_reduction(block, k0)
-    return sch
-
-
 def test_an_odd_width_splat_is_built_with_inserts_in_the_loop_and_priced_so():
     """At 28 lanes (wider than a zmm, not a power of two) LLVM splats each hoisted W element with vinsertps in the
     row loop, 21 per element; at 32 it broadcasts. With 16 such splats the body's registers overflow and the model
@@ -1378,7 +1360,7 @@ def test_an_odd_width_splat_is_built_with_inserts_in_the_loop_and_priced_so():
     spec = dt.resolve_target(ZEN4)[1]
     cfg = KernelConfig.for_spec(spec)
     assert cfg.splat_lane_cycles > 0
-    odd, even = _splat_kernel(28, 16), _splat_kernel(32, 16)
+    odd, even = splat_kernel(28, 16), splat_kernel(32, 16)
     assert _count(_kernel_instructions(odd, ZEN4), "vinsertps") == 16 * 21
     assert _count(_kernel_instructions(even, ZEN4), "vinsertps") == 0
     _, det = _details(odd, "C_update", cfg, spec)

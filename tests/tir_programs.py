@@ -86,3 +86,21 @@ def matmul_schedule(M: int = 8, N: int = 64, K: int = 64, b_transposed: bool = F
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * (B[j, k] if b_transposed else B[k, j]), axis=k), name="C")
     return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+
+
+def splat_kernel(lanes: int, unroll: int) -> s_tir.Schedule:
+    """C[i, b] += W[i, k] X[b, k] on a TVM vector of `lanes` columns: the row loop b iterates the body, `unroll`
+    reduction steps unrolled in it, each broadcasting one W element that does not change with b."""
+    W = te.placeholder((16, 64), "float32", name="W")
+    X = te.placeholder((32, 64, lanes), "float32", name="X")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((16, 32, lanes), lambda i, b, x: te.sum(W[i, k] * X[b, k, x], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([W, X, C])}))
+    block = sch.get_sblock("C")
+    i, b, x, r = sch.get_loops(block)
+    k0, k1 = sch.split(r, [None, unroll])
+    sch.reorder(i, k0, b, k1, x)
+    sch.unroll(k1)
+    sch.vectorize(x)
+    sch.decompose_reduction(block, k0)
+    return sch
