@@ -102,7 +102,7 @@ def cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler
     """Execution-weighted cycles per FP lane operation over the FP units of the program (None: no FP code).
     `merge_loop_blocks`: an innermost loop of several blocks is scheduled as one sequence (`KernelConfig`);
     `fma_scheduler`: the scheduler of units with vector multiply-adds (default: `scheduler`); `float_only`: see
-    `fp_lanes`; `skip_calls`: see `_fp_units`."""
+    `fp_lanes`; `skip_calls`: see `_units`."""
     cycles = lanes = 0.0
     for blocks, single, n, unit_lanes in _fp_units(program, counts, float_only, skip_calls):
         fma = fma_scheduler is not None and any(i.iclass == VEC_FMA for insts in blocks for i in insts)
