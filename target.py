@@ -268,13 +268,18 @@ def _spec_from_target(target: Target) -> HardwareSpec:
         raise ValueError(f"unsupported target kind {kind!r}: drytune supports 'llvm' (x86, aarch64) and 'cuda'")
     triple = str(attrs.get("mtriple", ""))
     cores = int(attrs.get("num-cores", _cpu_cores()))
+    cpu = str(attrs.get("mcpu", ""))
+    if cpu:  # LLVM would build an unknown CPU as `generic` with only a log line: a typo would tune for the wrong CPU
+        on = triple or str(tvm.target.codegen.llvm_get_system_triple())
+        if not tvm.target.codegen.llvm_is_valid_cpu(cpu, on):
+            raise ValueError(f"LLVM knows no CPU {cpu!r} for {on}; give an LLVM CPU name such as znver4, "
+                             "sapphirerapids or neoverse-n1")
     if triple.startswith("aarch64"):
         return dataclasses.replace(_SPECS["aarch64"], cores=cores)
     if not triple and "mcpu" not in attrs:
         return _host_spec()[1]
     features = [str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)]
     base = _SPECS["x86-avx512"] if "avx512f" in features else _SPECS["x86-avx2"]
-    cpu = str(attrs.get("mcpu", ""))
     # the host's own target, given as a dict or `Target` (a Task's, a records file's): the host's spec, with the caches
     # read from sysfs and the cores it has also where LLVM's name for them is a hypervisor's model number
     host_tdict, host = _host_spec()

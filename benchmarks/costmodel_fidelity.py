@@ -12,6 +12,14 @@ trained on 32 / 64 / 128 measured samples of the same operator.
 
 On another machine, `--tag NAME` keeps its measurements, features and report in files ending in _NAME.
 
+`--target CPU` (an LLVM CPU name such as znver4, or a target dict as JSON) computes phase 2's features for that CPU
+instead of this host's, cross-compiled: rows measured on another machine are scored for the CPU that ran them, with
+that CPU's shipped file as the in-sample column. `--launch-cycles` (and with `--fit-out` `--burst-store-cycles`) must
+then be given, since they cannot be measured for another CPU here.
+
+    python benchmarks/costmodel_fidelity.py --target znver4 --tag znver4_cross --launch-cycles 1949 \
+        --data benchmarks/results/fidelity_measurements_llvm_znver4_rounds.jsonl
+
 `--collect-searched` adds, per operator, the best predictions of a short tuning run with the current model
 (source "search"): the region a search drives to, where a model fitted on random samples alone errs most.
 Fits use the random rows only (searched rows in the fits ranked held-out operators worse); the searched rows
@@ -134,9 +142,15 @@ def main() -> int:
     ap.add_argument("--kernel", action="append", default=None, metavar="FIELD=VALUE",
                     help="kernel-model setting of the features (repeatable; default: the shipped file's; "
                          "'none': the defaults), recorded in a --fit-out file")
+    ap.add_argument("--target", default=None, metavar="CPU",
+                    help="phase 2: features for this LLVM CPU (or JSON target dict) instead of the host's, "
+                         "cross-compiled; needs --launch-cycles")
     ap.add_argument("--fast-weight", type=float, default=1.0,
                     help="weight of the rows in each operator's fastest quarter in every fit (default 1: unweighted)")
     args = ap.parse_args()
+    if args.target and (args.collect or args.collect_searched or args.remeasure):
+        raise SystemExit("--target scores rows for another CPU; measuring (--collect, --collect-searched, "
+                         "--remeasure) times candidates on this host's CPU only")
     ops = args.ops.split(",")
     if args.data is None:
         args.data = DATA.replace(".jsonl", f"_{args.tag}.jsonl") if args.tag else DATA
@@ -149,11 +163,12 @@ def main() -> int:
         if args.collect_searched:
             run_collect_searched(ops, args.search_seconds, args.top, args.data)
         return 0
-    from fidelity_eval import evaluate  # noqa: PLC0415 - phase 2 lives beside this script
+    from fidelity_eval import evaluate, parse_target  # noqa: PLC0415 - phase 2 lives beside this script
 
     return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
                     l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel),
-                    burst_cycles=args.burst_store_cycles, fast_weight=args.fast_weight)
+                    burst_cycles=args.burst_store_cycles, fast_weight=args.fast_weight,
+                    target=parse_target(args.target))
 
 
 if __name__ == "__main__":

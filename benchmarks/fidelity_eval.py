@@ -16,6 +16,9 @@ from drytune.costmodel.calibrate import burst_store_cycles, fast_end_weights, fi
 from drytune.costmodel.cpu_features import FEATURE_NAMES, hide_l1_refills
 from drytune.costmodel.dataset import MeasuredRow, program_digest, read_rows
 from drytune.costmodel.model import COEFF_DIR, Coefficients, StaticCostModel, default_coefficients_path
+from drytune.target import target_identity
+
+TargetArg = str | dict  # what dt.resolve_target takes: "llvm" (the host) or a target dict
 
 XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the operator
 
@@ -24,8 +27,9 @@ XGB_SIZES = (32, 64, 128)  # 128 needs more than 138 measured candidates of the 
 _FEATURE_SOURCES = ("asm", "cpu_features", "datamove", "fpratio", "kernel", "listsched", "looptree", "model")
 
 
-def feature_code_version(kernel: dict[str, float] | None = None) -> str:
-    """A digest of the cost model's feature code and of the kernel-model settings, stored with each cached entry."""
+def feature_code_version(kernel: dict[str, float] | None = None, target: TargetArg = "llvm") -> str:
+    """A digest of the cost model's feature code, of the kernel-model settings and of the target when it is not the
+    host's, stored with each cached entry."""
     import hashlib
 
     from drytune import costmodel
@@ -36,27 +40,45 @@ def feature_code_version(kernel: dict[str, float] | None = None) -> str:
             digest.update(f.read())
     if kernel:
         digest.update(json.dumps(kernel, sort_keys=True).encode())
+    if not is_host(target):
+        digest.update(target_identity(dt.resolve_target(target)[0]).encode())
     return digest.hexdigest()[:12]
 
 
-def shipped_coefficients_path() -> str:
-    """The coefficients file StaticCostModel loads for the host CPU."""
-    target, spec = dt.resolve_target("llvm")
-    return default_coefficients_path(spec, str(dict(target.attrs).get("mcpu", "")) or None)
+def is_host(target: TargetArg) -> bool:
+    """Whether `target` builds for this machine's CPU (its candidates can be timed here)."""
+    return target_identity(dt.resolve_target(target)[0]) == target_identity(dt.resolve_target("llvm")[0])
 
 
-def shipped_coefficients() -> Coefficients:
-    return Coefficients.load(shipped_coefficients_path())
+def parse_target(text: str | None) -> TargetArg:
+    """`--target`: an LLVM CPU name (e.g. znver4) or a target dict as JSON; none: the host."""
+    if not text:
+        return "llvm"
+    target = json.loads(text) if text.lstrip().startswith("{") else {"kind": "llvm", "mcpu": text}
+    dt.resolve_target(target)  # an unknown CPU or kind fails here, before any work
+    return target
+
+
+def shipped_coefficients_path(target: TargetArg = "llvm") -> str:
+    """The coefficients file StaticCostModel loads for `target` (default: the host CPU)."""
+    tvm_target, spec = dt.resolve_target(target)
+    return default_coefficients_path(spec, str(dict(tvm_target.attrs).get("mcpu", "")) or None)
+
+
+def shipped_coefficients(target: TargetArg = "llvm") -> Coefficients:
+    return Coefficients.load(shipped_coefficients_path(target))
 
 
 def _row_key(row: MeasuredRow) -> str:
     return json.dumps([row.op, row.sketch, row.decisions], sort_keys=True)
 
 
-def suite_operator(op: str, kernel: dict[str, float] | None = None) -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
-    """A suite operator's task on the host CPU, its search space and the shipped static model; with `kernel`, a
-    model whose features use exactly these kernel-model settings (none: the defaults) instead of the file's."""
-    task = workloads.get(op).task()
+def suite_operator(op: str, kernel: dict[str, float] | None = None,
+                   target: TargetArg = "llvm") -> tuple[dt.Task, dt.SearchSpace, StaticCostModel]:
+    """A suite operator's task for `target` (default: the host CPU), its search space and the shipped static model;
+    with `kernel`, a model whose features use exactly these kernel-model settings (none: the defaults) instead of
+    the file's."""
+    task = workloads.get(op).task(target)
     if kernel is None:
         return task, dt.SearchSpace(task), StaticCostModel(task.target)
     spec = dt.resolve_target(task.target)[1]
@@ -72,9 +94,9 @@ def save_report(stem: str, text: str, data: object) -> None:
         json.dump(data, f, indent=1)
 
 
-def _features_job(args: tuple[str, list[dict], str, dict[str, float]]) -> list[dict]:
-    op, rows, version, kernel = args
-    task, space, model = suite_operator(op, kernel)
+def _features_job(args: tuple[str, list[dict], str, dict[str, float], TargetArg]) -> list[dict]:
+    op, rows, version, kernel, target = args
+    task, space, model = suite_operator(op, kernel, target)
     out = []
     for d in rows:
         row = MeasuredRow(**d)
@@ -100,15 +122,15 @@ def _features_job(args: tuple[str, list[dict], str, dict[str, float]]) -> list[d
 
 
 def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1,
-                     kernel: dict[str, float] | None = None) -> dict[str, dict]:
-    """Features of every measured row with the kernel-model settings `kernel` (None: the shipped calibration's),
-    cached in `cache_path`; entries computed by other feature code or settings (another `feature_code_version`) or
-    from another program than the row's are recomputed."""
+                     kernel: dict[str, float] | None = None, target: TargetArg = "llvm") -> dict[str, dict]:
+    """Features for `target` (default: the host) of every measured row with the kernel-model settings `kernel`
+    (None: the target's shipped calibration's), cached in `cache_path`; entries computed by other feature code,
+    settings or target (another `feature_code_version`) or from another program than the row's are recomputed."""
     if kernel is None:
-        kernel = shipped_coefficients().kernel_settings
+        kernel = shipped_coefficients(target).kernel_settings
     cache: dict[str, dict] = {}
     stale = 0
-    version = feature_code_version(kernel)
+    version = feature_code_version(kernel, target)
     if os.path.exists(cache_path):
         with open(cache_path) as f:
             for line in f:
@@ -132,9 +154,10 @@ def compute_features(rows: list[MeasuredRow], cache_path: str, workers: int = 1,
         if r.ok and redo:
             todo.setdefault(r.op, []).append(r.__dict__ | {"times": list(r.times)})
             redone += cached is not None
-    jobs = [(op, chunk[i:i + 25], version, kernel) for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
+    jobs = [(op, chunk[i:i + 25], version, kernel, target)
+            for op, chunk in todo.items() for i in range(0, len(chunk), 25)]
     if jobs:
-        count = sum(len(chunk) for _, chunk, _, _ in jobs)
+        count = sum(len(job[1]) for job in jobs)
         print(f"computing features of {count} candidates in {workers} process(es)", flush=True)
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")
@@ -239,9 +262,10 @@ def xgb_metrics_for(task: dt.Task, cands: list, meas: np.ndarray, sizes: tuple[i
     return out
 
 
-def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0) -> dict[int, dict[str, float]]:
-    """`xgb_metrics_for` on the measured rows of a CPU suite operator."""
-    task = workloads.get(op).task()
+def xgb_metrics(op: str, rows: list[MeasuredRow], seed: int = 0,
+                target: TargetArg = "llvm") -> dict[int, dict[str, float]]:
+    """`xgb_metrics_for` on the measured rows of a CPU suite operator (MetaSchedule's features for `target`)."""
+    task = workloads.get(op).task(target)
     space = dt.SearchSpace(task)
     return xgb_metrics_for(task, [r.candidate(space) for r in rows], np.array([r.seconds for r in rows]), seed=seed)
 
@@ -262,28 +286,35 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
              fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None,
              kernel: dict[str, float] | None = None, burst_cycles: float | None = None,
-             fast_weight: float = 1.0) -> int:
+             fast_weight: float = 1.0, target: TargetArg = "llvm") -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
     `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted);
     `burst_cycles` the burst-store one (None: measured here; suite operators are no network kernels, so it is
     never fitted: the file records it);
     `l1_hidden` is the L1 refills per kernel cycle taken as hidden in every fit (None: the shipped file's);
     `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults);
-    `fast_weight` the weight of the rows in each operator's fastest quarter in every fit (1: unweighted)."""
+    `fast_weight` the weight of the rows in each operator's fastest quarter in every fit (1: unweighted);
+    `target` the CPU the features are computed for (default: the host; another one, e.g. the CPU the rows were
+    measured on, is cross-compiled and needs `launch_cycles`, and with `fit_out` `burst_cycles`, given)."""
+    host = is_host(target)
+    if not host and (launch_cycles is None or (fit_out and burst_cycles is None)):
+        raise SystemExit("features for another CPU than this host's: give --launch-cycles (and with --fit-out "
+                         "--burst-store-cycles), measured on that CPU; this machine cannot measure them for it")
     rows = [r for r in read_rows(data_path) if r.op in ops]
     suffix = f"_{tag}" if tag else ""
-    shipped = shipped_coefficients()  # the defaults of the choices the fits do not make
+    shipped = shipped_coefficients(target)  # the defaults of the choices the fits do not make
     if kernel is None:
         kernel = shipped.kernel_settings
     if l1_hidden is None:
         l1_hidden = shipped.l1_hidden_per_cycle
     print(f"kernel-model settings: {kernel or 'defaults'}", flush=True)
     feats = compute_features(rows, os.path.join(results_dir, f"fidelity_features_llvm{suffix}.jsonl"),
-                             workers=os.cpu_count() or 1, kernel=kernel)
+                             workers=os.cpu_count() or 1, kernel=kernel, target=target)
     by_op: dict[str, list[tuple[MeasuredRow, dict]]] = {}
     for r, e in scorable(rows, feats):
         by_op.setdefault(r.op, []).append((r, e))
-    target, spec = dt.resolve_target("llvm")
+    tvm_target, spec = dt.resolve_target(target)
+    print(f"features for {target_identity(tvm_target)} ({spec.name}{'' if host else ', cross-compiled'})", flush=True)
     # first-principles file (never fitted), and the shipped calibrated one for this CPU if any (fitted on every
     # operator: in-sample here, reported apart)
     default_path = os.path.join(COEFF_DIR, f"{spec.arch}-default.json")
@@ -293,17 +324,18 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
         d[:] = [(r, e | {"values": hide_l1_refills(e["values"], l1_hidden).tolist()}) for r, e in d]
     measured = launch_cycles is None
     if measured:
-        launch_cycles = parallel_region_cycles(target, spec.freq_ghz)
+        launch_cycles = parallel_region_cycles(tvm_target, spec.freq_ghz)
         print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     if fit_out:
         burst_measured = burst_cycles is None
         if burst_measured:
-            burst_cycles = burst_store_cycles(target, spec.freq_ghz, spec.cores)
+            burst_cycles = burst_store_cycles(tvm_target, spec.freq_ghz, spec.cores)
             print(f"measured burst-store cost: {burst_cycles:.1f} cycles per line per core", flush=True)
         write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured,
+                  cross=None if host else target_identity(tvm_target),
                   burst=(burst_cycles, burst_measured), fast_weight=fast_weight)
-    calibrated_path = shipped_coefficients_path()  # read after a --fit-out that may have rewritten it
+    calibrated_path = shipped_coefficients_path(target)  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
     if calibrated is not None and calibrated.l1_hidden_per_cycle != l1_hidden:
         print(f"note: {calibrated_path} hides {calibrated.l1_hidden_per_cycle} lines per cycle, this run {l1_hidden}; "
@@ -348,7 +380,7 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
                "coef_loo": dict(zip(FEATURE_NAMES, coef.tolist(), strict=True)), "searched": searched_row}
         if with_xgb:
             try:
-                row["xgb"] = {str(k): v for k, v in xgb_metrics(op, [r for r, _ in data]).items()}
+                row["xgb"] = {str(k): v for k, v in xgb_metrics(op, [r for r, _ in data], target=target).items()}
             except Exception as err:  # noqa: BLE001 - reported in the table
                 row["xgb_error"] = f"{type(err).__name__}: {str(err)[:160]}"
         table.append(row)
@@ -363,8 +395,9 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
               fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
               kernel: dict[str, float] | None = None, launch_measured: bool = True,
-              burst: tuple[float, bool] = (0.0, False), fast_weight: float = 1.0) -> None:
+              burst: tuple[float, bool] = (0.0, False), fast_weight: float = 1.0, cross: str | None = None) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU);
+    `cross`: the target the features were cross-compiled for when it is not this host (None: the host);
     `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles);
     `burst`: the burst-store cycles per line the file records and whether this run measured them."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
@@ -381,8 +414,10 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
               f"removed, soft-L1 loss, scale from the median ratio) to the {len(secs)} measured candidates "
               f"(random samples; a search's best predictions are measured but left out of the fit) of "
               f"{len(by_op)} suite operators in benchmarks/results/{os.path.basename(data_path)} ({spec.name}, "
-              f"{spec.cores} cores, {spec.vector_bits}-bit vectors, measured with {threads} runtime "
-              f"threads); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
+              f"{spec.cores} cores, {spec.vector_bits}-bit vectors, "
+              + (f"measured with {threads} runtime threads" if cross is None else
+                 f"features cross-compiled for {cross} on another machine than the rows were measured on")
+              + f"); median relative error of the fit {rel:.2f}. In-sample: its leave-one-operator-out quality is "
               "the table of the matching costmodel_fidelity report.")
     if fast_weight != 1.0:
         origin += (f" Rows in each operator's fastest quarter weigh {fast_weight:g} in the fit "

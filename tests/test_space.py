@@ -374,6 +374,15 @@ def test_short_target_names_resolve() -> None:
         dt.resolve_target("tpu")
 
 
+def test_a_cpu_llvm_does_not_know_is_rejected_not_built_as_generic() -> None:
+    """LLVM turns an unknown `mcpu` into `generic` with a log line only: a typo would tune for another CPU."""
+    assert dt.resolve_target({"kind": "llvm", "mcpu": "znver4"})[1].vector_bits == 512
+    with pytest.raises(ValueError, match="LLVM knows no CPU 'znver44'"):
+        dt.resolve_target({"kind": "llvm", "mcpu": "znver44"})
+    with pytest.raises(ValueError, match="LLVM knows no CPU 'znver4' for aarch64"):  # a CPU of another architecture
+        dt.resolve_target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "znver4"})
+
+
 def test_padding_is_computed_at_a_loop_or_inlined_by_a_hole_on_cpu_and_always_inlined_on_gpu() -> None:
     """On CPU the pad block gets a compute-location hole whose last option inlines it (inlined padding guards the
     convolution's loads, so it is a choice, not a rule); every candidate, inlined or not, computes the same output.
