@@ -145,6 +145,9 @@ def main() -> int:
     ap.add_argument("--target", default=None, metavar="CPU",
                     help="phase 2: features for this LLVM CPU (or JSON target dict) instead of the host's, "
                          "cross-compiled; needs --launch-cycles")
+    ap.add_argument("--pin", action="append", default=None, metavar="FEATURE=CYCLES",
+                    help="pin a feature's coefficient in every fit (repeatable; e.g. asm_outside_shuffles=0 leaves "
+                         "that feature out)")
     ap.add_argument("--fast-weight", type=float, default=1.0,
                     help="weight of the rows in each operator's fastest quarter in every fit (default 1: unweighted)")
     args = ap.parse_args()
@@ -168,7 +171,7 @@ def main() -> int:
     return evaluate(ops, args.data, RESULTS, tag=args.tag, fit_out=args.fit_out, launch_cycles=args.launch_cycles,
                     l1_hidden=args.l1_hidden, kernel=parse_kernel_settings(args.kernel),
                     burst_cycles=args.burst_store_cycles, fast_weight=args.fast_weight,
-                    target=parse_target(args.target))
+                    target=parse_target(args.target), pins=parse_kernel_settings(args.pin, "--pin"))
 
 
 if __name__ == "__main__":

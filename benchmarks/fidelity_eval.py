@@ -286,7 +286,7 @@ def static_search_picks(task: dt.Task, seconds: float, top: int, seed: int = 7) 
 def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = True, tag: str = "",
              fit_out: str | None = None, launch_cycles: float | None = None, l1_hidden: float | None = None,
              kernel: dict[str, float] | None = None, burst_cycles: float | None = None,
-             fast_weight: float = 1.0, target: TargetArg = "llvm") -> int:
+             fast_weight: float = 1.0, target: TargetArg = "llvm", pins: dict[str, float] | None = None) -> int:
     """Features, fits and metrics of the measured rows in `data_path`; files of a tagged machine end in _TAG.
     `launch_cycles` pins the parallel-region coefficient in every fit (None: measured here; 0: fitted);
     `burst_cycles` the burst-store one (None: measured here; suite operators are no network kernels, so it is
@@ -295,7 +295,11 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     `kernel` the kernel-model settings of the features (None: the shipped file's; {}: the defaults);
     `fast_weight` the weight of the rows in each operator's fastest quarter in every fit (1: unweighted);
     `target` the CPU the features are computed for (default: the host; another one, e.g. the CPU the rows were
-    measured on, is cross-compiled and needs `launch_cycles`, and with `fit_out` `burst_cycles`, given)."""
+    measured on, is cross-compiled and needs `launch_cycles`, and with `fit_out` `burst_cycles`, given);
+    `pins` coefficients (feature name -> cycles per unit) pinned in every fit, e.g. 0 to leave a feature out."""
+    unknown = sorted(set(pins or {}) - set(FEATURE_NAMES))
+    if unknown:
+        raise SystemExit(f"--pin: no feature named {', '.join(unknown)}; the features are {', '.join(FEATURE_NAMES)}")
     host = is_host(target)
     if not host and (launch_cycles is None or (fit_out and burst_cycles is None)):
         raise SystemExit("features for another CPU than this host's: give --launch-cycles (and with --fit-out "
@@ -326,14 +330,17 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
     if measured:
         launch_cycles = parallel_region_cycles(tvm_target, spec.freq_ghz)
         print(f"measured parallel-region entry: {launch_cycles:.0f} cycles", flush=True)
-    fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
+    fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else {}
+    if pins:
+        print(f"pinned in every fit: {pins}", flush=True)
+        fixed |= {FEATURE_NAMES.index(name): value for name, value in pins.items()}
     if fit_out:
         burst_measured = burst_cycles is None
         if burst_measured:
             burst_cycles = burst_store_cycles(tvm_target, spec.freq_ghz, spec.cores)
             print(f"measured burst-store cost: {burst_cycles:.1f} cycles per line per core", flush=True)
         write_fit(by_op, spec, data_path, default, fit_out, fixed, l1_hidden, kernel, launch_measured=measured,
-                  cross=None if host else target_identity(tvm_target),
+                  cross=None if host else target_identity(tvm_target), pins=pins,
                   burst=(burst_cycles, burst_measured), fast_weight=fast_weight)
     calibrated_path = shipped_coefficients_path(target)  # read after a --fit-out that may have rewritten it
     calibrated = Coefficients.load(calibrated_path) if calibrated_path != default_path else None
@@ -395,9 +402,11 @@ def evaluate(ops: list[str], data_path: str, results_dir: str, with_xgb: bool = 
 def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarray, out: str,
               fixed: dict[int, float] | None = None, l1_hidden: float = 0.0,
               kernel: dict[str, float] | None = None, launch_measured: bool = True,
-              burst: tuple[float, bool] = (0.0, False), fast_weight: float = 1.0, cross: str | None = None) -> None:
+              burst: tuple[float, bool] = (0.0, False), fast_weight: float = 1.0, cross: str | None = None,
+              pins: dict[str, float] | None = None) -> None:
     """Coefficients fitted on every measured operator (the file StaticCostModel loads for this CPU);
     `cross`: the target the features were cross-compiled for when it is not this host (None: the host);
+    `pins`: coefficients given to the fit (`fixed` holds them too), named in the file's origin;
     `launch_measured`: whether the pinned parallel-region cost was measured by this run or given (--launch-cycles);
     `burst`: the burst-store cycles per line the file records and whether this run measured them."""
     pairs = [(r, e) for d in by_op.values() for r, e in d if r.source == "random"]  # as the held-out fits
@@ -422,7 +431,11 @@ def write_fit(by_op: dict, spec: dt.HardwareSpec, data_path: str, init: np.ndarr
     if fast_weight != 1.0:
         origin += (f" Rows in each operator's fastest quarter weigh {fast_weight:g} in the fit "
                    "(drytune.costmodel.calibrate.fast_end_weights): a search keeps only the fast end.")
+    for name, value in (pins or {}).items():
+        origin += f" {name} is not fitted but pinned by --pin at {value:g} cycles per unit."
     for col, value in (fixed or {}).items():
+        if FEATURE_NAMES[col] in (pins or {}):
+            continue
         how = "measured before the fit" if launch_measured else "given to the fit (--launch-cycles)"
         origin += (f" {FEATURE_NAMES[col]} is not fitted but {how}: {value:.0f} cycles per "
                    "parallel-region entry (drytune.costmodel.calibrate.parallel_region_cycles: 8 near-empty "

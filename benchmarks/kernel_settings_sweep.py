@@ -23,7 +23,16 @@ import time
 
 import numpy as np
 from costmodel_fidelity import parse_kernel_settings
-from fidelity_eval import metrics, read_rows, scorable, shipped_coefficients, stored_features, suite_operator
+from fidelity_eval import (
+    TargetArg,
+    metrics,
+    parse_target,
+    read_rows,
+    scorable,
+    shipped_coefficients,
+    stored_features,
+    suite_operator,
+)
 from report_files import RESULTS, write_report
 
 import drytune as dt
@@ -37,13 +46,13 @@ from drytune.costmodel.model import COEFF_DIR, Coefficients
 KERNEL, KERNEL_SERIAL = FEATURE_NAMES.index("kernel_cycles"), FEATURE_NAMES.index("kernel_serial_cycles")
 
 
-def kernel_features(rows: list, settings: list[dict[str, float]]) -> np.ndarray:
-    """(rows, settings, 2): kernel cycles per core and on one core of each row under each setting."""
+def kernel_features(rows: list, settings: list[dict[str, float]], target: TargetArg = "llvm") -> np.ndarray:
+    """(rows, settings, 2): kernel cycles per core and on one core of each row under each setting, for `target`."""
     out = np.zeros((len(rows), len(settings), 2))
     operators: dict = {}
     for i, row in enumerate(rows):
         if row.op not in operators:
-            operators[row.op] = suite_operator(row.op)
+            operators[row.op] = suite_operator(row.op, target=target)
         task, space, model = operators[row.op]
         tree = LoopTree.from_mod(Candidate.from_json(task, space.sketch(row.sketch), row.decisions).to_mod())
         for j, setting in enumerate(settings):
@@ -52,11 +61,11 @@ def kernel_features(rows: list, settings: list[dict[str, float]]) -> np.ndarray:
     return out
 
 
-def held_out_predictions(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float
-                         ) -> np.ndarray:
+def held_out_predictions(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float,
+                         target: TargetArg = "llvm") -> np.ndarray:
     """Each row's prediction (cycles) by the log fit on the other operators' rows, as `fidelity_eval.evaluate`
     fits them."""
-    spec = dt.resolve_target("llvm")[1]
+    spec = dt.resolve_target(target)[1]
     default = Coefficients.load(os.path.join(COEFF_DIR, f"{spec.arch}-default.json")).vector()
     fixed = {FEATURE_NAMES.index("parallel_launches"): launch_cycles} if launch_cycles else None
     pred = np.zeros(len(seconds))
@@ -68,9 +77,10 @@ def held_out_predictions(values: np.ndarray, seconds: np.ndarray, ops: np.ndarra
     return pred
 
 
-def held_out(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float) -> dict[str, dict]:
+def held_out(values: np.ndarray, seconds: np.ndarray, ops: np.ndarray, launch_cycles: float,
+             target: TargetArg = "llvm") -> dict[str, dict]:
     """Leave-one-operator-out metrics of the log fit, as `fidelity_eval.evaluate` computes them."""
-    pred = held_out_predictions(values, seconds, ops, launch_cycles)
+    pred = held_out_predictions(values, seconds, ops, launch_cycles, target)
     return {op: metrics(pred[ops == op], seconds[ops == op]) for op in sorted(set(ops))}
 
 
@@ -81,15 +91,19 @@ def main() -> int:
     ap.add_argument("--setting", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
                     help="kernel-model overrides on top of the shipped file's settings (repeatable)")
     ap.add_argument("--launch-cycles", type=float, default=1949.0, help="pinned parallel-region cost (0: fitted)")
+    ap.add_argument("--target", default=None, metavar="CPU",
+                    help="the CPU the stored features were computed for (costmodel_fidelity.py's --target; "
+                         "default: this host)")
     ap.add_argument("--tag", default=None, help="results: kernel_settings_sweep_TAG.md/json")
     args = ap.parse_args()
+    target = parse_target(args.target)
     settings = [{}] + [parse_kernel_settings(s.split(","), "--setting") for s in args.setting]
     feats = stored_features(RESULTS, args.features_tag)
     pairs = [(r, e) for r, e in scorable(read_rows(args.data), feats) if r.source == "random"]
     rows = [r for r, _ in pairs]
     stored = np.array([e["values"] for _, e in pairs])
     t0 = time.perf_counter()
-    kern = kernel_features(rows, settings)
+    kern = kernel_features(rows, settings, target)
     print(f"kernel cycles of {len(rows)} rows under {len(settings)} settings in {time.perf_counter() - t0:.0f} s",
           flush=True)
     if not np.allclose(kern[:, 0, 0], stored[:, KERNEL], rtol=1e-6):
@@ -97,12 +111,12 @@ def main() -> int:
                          "than today's: run costmodel_fidelity.py for a fresh tag first")
     seconds = np.array([r.seconds for r in rows])
     ops = np.array([r.op for r in rows])
-    hidden = shipped_coefficients().l1_hidden_per_cycle
+    hidden = shipped_coefficients(target).l1_hidden_per_cycle
     table = []
     for j, setting in enumerate(settings):
         values = stored.copy()
         values[:, KERNEL], values[:, KERNEL_SERIAL] = kern[:, j, 0], kern[:, j, 1]
-        per_op = held_out(hide_l1_refills(values, hidden), seconds, ops, args.launch_cycles)
+        per_op = held_out(hide_l1_refills(values, hidden), seconds, ops, args.launch_cycles, target)
         medians = {k: float(np.median([m[k] for m in per_op.values()])) for k in ("spearman", "pairwise", "top1",
                                                                                   "top10")}
         changed = int(np.sum(~np.isclose(kern[:, j, 0], kern[:, 0, 0], rtol=1e-9)))

@@ -245,6 +245,14 @@ class KernelConfig:
     # every 2 reduction steps (64 FMAs) ran 65 cycles per body, priced 33 before and 52 with this and
     # `fma_issue_width` 3 (session 65).
     accumulator_stores_load: bool = False
+    # Accumulators that a body loads and stores, vectorized with a masked tail (a row of 14 lanes as 8 + 6 of a ymm on
+    # AVX-512), touch the start of the next vector in memory with the tail's store: the next row's first load overlaps
+    # it in part, cannot take its value from the store buffer, and waits until the store is written to L1, after it
+    # retires. Each row's chain of multiply-adds then starts after the one before it: the body costs its rows times
+    # (the chain's latency + this many cycles) instead of chains overlapped out of order. 0: not counted. conv2d_s2's
+    # row that the held-out Intel model ranked first of 200 (measured 28th) ran 10.0 ms, 2.32 ms with the rows of its
+    # output tile padded to 16 floats and nothing else changed (`benchmarks/partial_overlap.py`, session 97)
+    partial_overlap_cycles: float = 0.0
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2
@@ -386,6 +394,13 @@ def _memory_pieces(extent: int, lanes: int) -> int:
     pieces, since the widened lanes must not touch memory (14 lanes: 8 + 4 + 2)."""
     full, rest = divmod(extent, lanes)
     return full + bin(rest).count("1")
+
+
+def tail_overlaps_next_row(out: Access, e_v: int, width: int) -> bool:
+    """Whether a row of `out` of `e_v` lanes, moved as `width` lanes with the rest masked, reaches into the next row
+    in memory: rows shorter than `width` apart, e.g. an output tile that TVM compacted to 14 floats a row. (Two
+    vectors of one longer row did not run slower than priced: a body loads its vectors before it stores them.)"""
+    return e_v < width and out.row_stride < width
 
 
 def _memory_indices(acc: Access) -> tuple:
@@ -1007,6 +1022,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
     chain = 0.0
     reload = 0.0  # cycles per body of storing and reloading register accumulators between runs of the loop
     acc_in_memory = False
+    overlap_rows = 0  # rows of accumulators whose chains start one after another (`partial_overlap_cycles`)
     acc_stores = 0  # stores of accumulators that go through memory (counted again on the load ports when so set)
     if out is not None:
         kind = _access_kind(out, vec)
@@ -1045,6 +1061,14 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                 # 3.17; benchmarks/accumulator_reload.py: a reload costs about a cycle per accumulator there)
                 reload = moved * cfg.accumulator_reload_cycles
             widened += 2 * out_widened
+            # LLVM's vectorizers move a remainder of 3, 5, 6 or 7 lanes as a masked register on AVX-512 (the TVM
+            # vector's remainders, and LLVM's of 2^k lanes, are narrower registers that end where the row ends)
+            llvm_lanes = spec.llvm_vector_bits // 32 or lanes
+            tail = e_v % llvm_lanes
+            if cfg.partial_overlap_cycles and llvm_vector and kind == "contig" and tail & (tail - 1) \
+                    and spec.vector_bits >= 512 \
+                    and tail_overlaps_next_row(out, e_v, -(-e_v // llvm_lanes) * llvm_lanes):
+                overlap_rows = max(1, n_out // vops)
             spill = max(0, n_out - cfg.registers) if inner_iter is not None and inner_iter.var not in out_vars else 0
             loads += spill
         else:
@@ -1064,6 +1088,9 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
         # the reduction is unrolled inside the body: each accumulator's chain runs through it, and the
         # out-of-order window overlaps the chains of only as many bodies as it holds
         chain = stmts * vops / max(n_out, 1) * cfg.fma_latency / max(1.0, cfg.reorder_window / uops)
+    if overlap_rows:
+        chain = max(chain, overlap_rows * (max(1.0, stmts * vops / max(n_out, 1)) * cfg.fma_latency
+                                           + cfg.partial_overlap_cycles))
     large = (acc_in_memory and uops > cfg.large_body_uops) or (cfg.huge_body_uops and uops > cfg.huge_body_uops)
     width = cfg.large_body_width if large else cfg.issue_width  # micro-ops/cycle
     if cfg.fma_issue_width and leaf.ops.get("fma"):
@@ -1107,7 +1134,7 @@ def statement_cycles(leaf: StmtLeaf, path: list[LoopNode], spec: HardwareSpec, c
                        inner_is_reduction=bool(inner_iter is not None and inner_iter.var not in out_vars),
                        accumulators=n_out if out is not None else 0, libm_calls=calls, preheader=preheader,
                        reload=reload, uops=uops, acc_in_memory=acc_in_memory, llvm_vectorized=llvm_vector,
-                       serial_gathers=serial_gathers)
+                       serial_gathers=serial_gathers, overlap_rows=overlap_rows)
     return executions * body_cycles, bound
 
 

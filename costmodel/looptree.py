@@ -290,10 +290,22 @@ class Access:
     # the logical ones (a re-initialised accumulator is a new value per outer iteration, not one chain).
     storage_shape: tuple[int, ...] | None = None
     storage_indices: tuple[IndexExpr, ...] | None = None
+    # `storage_align` of the buffer (a block's `buffer_dim_align`): (axis, factor, offset), the stride of `axis`
+    # rounded up to factor * k + offset elements
+    dim_align: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def mem_shape(self) -> tuple[int, ...]:
         return self.shape if self.storage_shape is None else self.storage_shape
+
+    @property
+    def row_stride(self) -> int:
+        """Elements from one row of the last dimension to the next in memory (its length, or more where aligned)."""
+        row = self.mem_shape[-1] if self.mem_shape else 1
+        for axis, factor, offset in self.dim_align:
+            if axis == len(self.mem_shape) - 2 and factor > 0:
+                row = -(-(row - offset) // factor) * factor + offset
+        return row
 
     @property
     def mem_indices(self) -> tuple[IndexExpr, ...]:
@@ -403,6 +415,7 @@ class _Builder:
         self.seen: set[tuple[int, bool]] = set()  # subexpressions of the current statement already counted
         self.guard_vars: frozenset[str] = frozenset()  # loop variables of the current statement's select conditions
         self.guard_conds: tuple[IndexExpr, ...] | None = ()  # those conditions as affine guards (None: not affine)
+        self.dim_align: dict[str, tuple[tuple[int, int, int], ...]] = {}  # buffer -> its blocks' storage_align
 
     # -- expressions ----------------------------------------------------------------------------
     def index(self, e) -> IndexExpr:
@@ -678,6 +691,9 @@ class _Builder:
 
     def block(self, r, ctx: _Ctx) -> list[Node]:
         b = r.block
+        for buffer_index, axis, factor, offset in b.annotations.get("buffer_dim_align", ()):
+            name = str(b.writes[int(buffer_index)].source.name)
+            self.dim_align[name] = (*self.dim_align.get(name, ()), (int(axis), int(factor), int(offset)))
         for iv, val in zip(b.iter_vars, r.iter_values, strict=True):
             self.env[iv.var] = self.index(val)
         conds, pred = self.conditions(r.predicate)
@@ -793,6 +809,10 @@ class LoopTree:
         roots = b.stmt(func.body, _Ctx())
         if compact:
             _compact_intermediates(roots, b.extents, {str(p.name) for p in func.params})
+        if b.dim_align:
+            for leaf in (n for r in roots for n in ([r] if not r.is_loop else r.statements())):
+                for a in leaf.accesses:
+                    a.dim_align = b.dim_align.get(a.buffer, ())
         return cls(roots=roots, extents=dict(b.extents))
 
     def walk(self) -> Iterator[Node]:
