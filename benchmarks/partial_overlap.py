@@ -31,47 +31,29 @@ from report_files import write_report
 from drytune.costmodel.kernel import statement_details
 from drytune.costmodel.looptree import LoopTree
 from drytune.costmodel.model import StaticCostModel
+from drytune.errors import TVM_ERRORS
 
 ALIGN = 16  # floats: rows of the padded tile start on a 64-byte boundary
 RULE = 20.0  # partial_overlap_cycles with the rule on
 
 
 def flagged_statements(tree: LoopTree, model: StaticCostModel) -> tuple[list[str], list[str]]:
-    """Output buffers of the statements with accumulators through memory: those the rule flags, and the others."""
+    """Blocks of the statements with accumulators through memory: those the rule flags, and the others."""
     cfg = dataclasses.replace(model.kernel, partial_overlap_cycles=RULE)
     flagged, others = [], []
     for leaf, _, _, det in statement_details(tree, model.spec, cfg):
-        out = next((a.buffer for a in leaf.accesses if a.is_write), None)
-        if det.get("acc_in_memory") and out is not None:
-            (flagged if det.get("overlap_rows") else others).append(out)
+        if det.get("acc_in_memory") and not leaf.init:
+            (flagged if det.get("overlap_rows") else others).append(leaf.block)
     return flagged, others
 
 
-def padded(cand, buffer: str):
-    """The candidate's module with the rows of `buffer` (the accumulators) padded to a multiple of ALIGN floats."""
-    from tvm.s_tir.schedule import Schedule
-
-    sch: Schedule = cand.to_schedule()
-    for block in _all_blocks(sch):
-        writes = sch.get(block).writes
-        if writes and writes[0].source.name == buffer and len(writes[0].source.shape) >= 2:
-            sch.storage_align(block, 0, len(writes[0].source.shape) - 2, ALIGN, 0)
-            return sch.mod
-    raise LookupError(f"no block writes {buffer}")
-
-
-def _all_blocks(sch) -> list:
-    """Every block of the schedule's function but the root."""
-    import tvm
-
-    out = []
-
-    def visit(stmt):
-        if isinstance(stmt, tvm.tirx.SBlock) and stmt.name_hint != "root":
-            out.append(sch.get_sblock(stmt.name_hint))
-
-    tvm.tirx.stmt_functor.post_order_visit(sch.mod["main"].body, visit)
-    return out
+def padded(cand, block: str):
+    """The candidate's module with the rows of `block`'s output (the accumulators) padded to a multiple of ALIGN
+    floats."""
+    sch = cand.to_schedule()
+    rv = sch.get_sblock(block)
+    sch.storage_align(rv, 0, len(sch.get(rv).writes[0].source.shape) - 2, ALIGN, 0)
+    return sch.mod
 
 
 def same_outputs(lib_a, lib_b, mod) -> bool:
@@ -118,14 +100,19 @@ def main() -> int:
             kind = "flagged" if flagged else "control" if others else None
             if kind is None or picked[kind] >= (args.flagged if kind == "flagged" else args.controls):
                 continue
-            mods = {"as scheduled": cand.to_mod(), "rows padded": padded(cand, (flagged or others)[0])}
+            try:
+                mods = {"as scheduled": cand.to_mod(), "rows padded": padded(cand, (flagged or others)[0])}
+            except TVM_ERRORS as err:  # e.g. a statement that writes the output parameter: no buffer to pad
+                print(f"{op}: {kind} row skipped, its rows cannot be padded: {str(err).strip().splitlines()[-1]}",
+                      flush=True)
+                continue
             libs = {k: tvm.compile(m, target=target) for k, m in mods.items()}
             if not same_outputs(libs["as scheduled"], libs["rows padded"], mods["as scheduled"]):
                 print(f"{op}: padded variant of a row computes another output; skipped", flush=True)
                 continue
             picked[kind] += 1
             case = {"op": op, "kind": kind, "sketch": row.sketch, "decisions": row.decisions,
-                    "buffer": (flagged or others)[0], "fidelity_seconds": row.seconds,
+                    "block": (flagged or others)[0], "fidelity_seconds": row.seconds,
                     "predicted_s": {v: {name: m.seconds_of_module(mods[v]) for name, m in models.items()}
                                     for v in mods}}
             cases.append(case)
@@ -147,10 +134,10 @@ def main() -> int:
              f"One thread, {args.rounds} interleaved rounds. Ratio: as scheduled over the same schedule with the "
              f"accumulator tile's rows padded to {ALIGN} floats (median of per-round ratios); predicted with "
              f"`partial_overlap_cycles` 0 and {RULE:g}.", "",
-             "| op | row | buffer | as scheduled ms | padded ms | measured ratio | predicted, rule off | "
+             "| op | row | block | as scheduled ms | padded ms | measured ratio | predicted, rule off | "
              "predicted, rule on |", "|---|---|---|---|---|---|---|---|"]
     for c in cases:
-        lines.append(f"| {c['op']} | {c['kind']} | {c['buffer']} | {c['measured_s']['as scheduled'] * 1e3:.3f} | "
+        lines.append(f"| {c['op']} | {c['kind']} | {c['block']} | {c['measured_s']['as scheduled'] * 1e3:.3f} | "
                      f"{c['measured_s']['rows padded'] * 1e3:.3f} | {c['measured_ratio']:.2f} | "
                      f"{c['predicted_ratio']['rule off']:.2f} | {c['predicted_ratio']['rule on']:.2f} |")
     for kind in ("flagged", "control"):

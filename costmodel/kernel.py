@@ -251,7 +251,9 @@ class KernelConfig:
     # retires. Each row's chain of multiply-adds then starts after the one before it: the body costs its rows times
     # (the chain's latency + this many cycles) instead of chains overlapped out of order. 0: not counted. conv2d_s2's
     # row that the held-out Intel model ranked first of 200 (measured 28th) ran 10.0 ms, 2.32 ms with the rows of its
-    # output tile padded to 16 floats and nothing else changed (`benchmarks/partial_overlap.py`, session 97)
+    # output tile padded to 16 floats and nothing else changed. Of 10 rows it flags, padding sped up 6 (4 by
+    # 1.8-3.8x), the others not, among them every body of 8-16 rows (`benchmarks/partial_overlap.py`, session 97).
+    # Off: a refit with it at 20 ranked better held out (top-1 0.868 -> 0.900) but picked no faster kernels
     partial_overlap_cycles: float = 0.0
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
