@@ -157,9 +157,11 @@ class CPUFeatureExtractor:
         self.spec = spec
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))
-        self.scheduler = ListScheduler.for_spec(spec, cpu=mcpu or None)
+        failed = int(self.kernel.failed_forward_cycles)
+        self.scheduler = ListScheduler.for_spec(spec, SchedConfig(failed_forward_cycles=failed), cpu=mcpu or None)
         # the assembly's FP rate of multiply-add loops, per iteration in steady state, where the kernel settings ask
-        self.fma_scheduler = ListScheduler.for_spec(spec, SchedConfig(steady_state=True), cpu=mcpu or None) \
+        self.fma_scheduler = ListScheduler.for_spec(
+            spec, SchedConfig(steady_state=True, failed_forward_cycles=failed), cpu=mcpu or None) \
             if self.kernel.steady_state_fp_rate else None
         self.footprints = default_counter(DataMoveConfig())
 

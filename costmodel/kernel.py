@@ -255,6 +255,12 @@ class KernelConfig:
     # 1.8-3.8x), the others not, among them every body of 8-16 rows (`benchmarks/partial_overlap.py`, session 97).
     # Off: a refit with it at 20 ranked better held out (top-1 0.868 -> 0.900) but picked no faster kernels
     partial_overlap_cycles: float = 0.0
+    # The same stall seen in the assembly instead (`SchedConfig.failed_forward_cycles`, for the FP rate's list
+    # scheduler): a load that overlaps an earlier store without lying inside it, in the same iteration or the one
+    # before (addresses followed across constant pointer steps), waits until that store has retired plus this many
+    # cycles. It sees the order of loads and stores that the rule above cannot: conv2d_s2's row runs 120 cycles per
+    # iteration in steady state with it at 20 (12 without; 15 with its rows padded, either way). 0: not counted
+    failed_forward_cycles: float = 0.0
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

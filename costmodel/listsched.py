@@ -65,6 +65,11 @@ class SchedConfig:
     # convolution scheduled one after another: 6.7x its cycles).
     disambiguate_addresses: bool = True
     steady_state: bool = False  # for a block that is a whole loop body, cycles per iteration in steady state
+    # A load whose bytes overlap an earlier store without lying inside it (a masked tail's store reaching into the
+    # next row) cannot take its value from the store buffer: it waits until the store has retired and is written
+    # to L1, this many cycles after its retirement. Addresses are followed across constant pointer steps (`add $k`),
+    # so that a steady-state copy meets the previous iteration's stores. 0: such loads are forwarded like the others
+    failed_forward_cycles: int = 0
     steady_state_copies: int = 4  # copies scheduled back to back to measure the steady state
 
 
@@ -212,6 +217,11 @@ class ListScheduler:
         stores_at: dict[tuple, list[tuple[int, int, int]]] = {}
         loads_at: dict[tuple, list[tuple[int, int, int]]] = {}
         version: dict[str, int] = {}  # register -> writes so far, so that an address form names one address
+        # with `failed_forward_cycles`: address forms that survive constant steps of their registers, and the stores
+        # recorded in them: (first byte, end, index of the store)
+        steps: dict[str, int] = {}  # register -> sum of its constant steps
+        stepped_version: dict[str, int] = {}  # register -> writes other than constant steps
+        stepped_stores: dict[tuple, list[tuple[int, int, int]]] = {}
         retire: list[int] = []
         dispatch_cycle, in_cycle = 0, 0
         end = 0
@@ -277,6 +287,17 @@ class ListScheduler:
                     t = max(t, _overlapping(stores_at, span))
                 elif inst.mem_write:
                     t = max(t, _overlapping(loads_at, span))
+            stepped = None
+            if cfg.failed_forward_cycles and inst.mem_addr is not None and (is_load or inst.mem_write):
+                b, ix, sc, disp = inst.mem_addr
+                lo = disp + steps.get(b, 0) + (steps.get(ix, 0) * sc if ix else 0)
+                stepped = ((b, stepped_version.get(b, 0), ix, stepped_version.get(ix, 0) if ix else 0, sc),
+                           lo, lo + (inst.width // 8 if inst.width else 8))
+                if is_load:
+                    form, lo, hi = stepped
+                    for a, e, at in stepped_stores.get(form, ()):
+                        if a < hi and lo < e and (lo < a or hi > e):  # overlaps the store but is not inside it
+                            t = max(t, retire[at] + cfg.failed_forward_cycles)
             start = reserve(timing.resource, t, timing.occupancy)
             finish = start + timing.latency
             for r in inst.reads:
@@ -300,6 +321,15 @@ class ListScheduler:
                     stores_at.setdefault(span[0], []).append((span[1], span[2], start + table.store_forward))
             for r in inst.writes:
                 version[r] = version.get(r, 0) + 1
+            if cfg.failed_forward_cycles:
+                if stepped is not None and inst.mem_write:
+                    stepped_stores.setdefault(stepped[0], []).append((stepped[1], stepped[2], idx))
+                step = _constant_step(inst)
+                for r in inst.writes:
+                    if step is not None and r == step[0]:
+                        steps[r] = steps.get(r, 0) + step[1]
+                    else:
+                        stepped_version[r] = stepped_version.get(r, 0) + 1
             end = max(end, finish)
             retire.append(max(finish, retire[-1]) if retire else finish)
         return float(end)
@@ -326,6 +356,21 @@ class BlockCycles:
 
     def __post_init__(self) -> None:
         self.total = self.cycles * self.executions
+
+
+def _constant_step(inst: Instruction) -> tuple[str, int] | None:
+    """(register, k) of an x86 `add $k, %reg` or `sub $k, %reg` (a pointer or counter step), else None."""
+    if inst.mnemonic not in ("addq", "subq", "addl", "subl") or len(inst.operands) != 2:
+        return None
+    imm, reg = inst.operands
+    if not imm.startswith("$") or not reg.startswith("%"):
+        return None
+    try:
+        k = int(imm[1:], 0)
+    except ValueError:
+        return None
+    regs = [r for r in inst.writes if r != "flags"]
+    return (regs[0], -k if inst.mnemonic.startswith("sub") else k) if len(regs) == 1 else None
 
 
 def _overlapping(accesses: dict[tuple, list[tuple[int, int, int]]], span: tuple) -> int:

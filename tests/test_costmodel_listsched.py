@@ -171,3 +171,30 @@ def test_program_cycles_of_an_aarch64_build():
     assert total >= counts.get(asm.VEC_FMA) * fma.occupancy / sched.table.resources[fma.resource]
     steady = ListScheduler.for_spec(N1_SPEC, SchedConfig(steady_state=True)).program_cycles(counts)
     assert 0 < steady <= total
+
+
+def _masked_rows_body(row_step: int) -> list[asm.Instruction]:
+    """One loop iteration over a row of 14 accumulators stored as 8 lanes plus a masked 6 of a ymm (32 bytes from
+    byte 32): an 8-step multiply-add chain on each part, then the pointer steps to the next row `row_step` bytes on."""
+    chain = ["vfmadd231ps\t%ymm1, %ymm2, %ymm{r}"] * 8
+    return x86("vmovups\t(%rax,%r9), %ymm8", *[c.format(r=8) for c in chain], "vmovups\t%ymm8, (%rax,%r9)",
+               "vmovups\t32(%rax,%r9), %ymm9 {%k1} {z}", *[c.format(r=9) for c in chain],
+               "vmovups\t%ymm9, 32(%rax,%r9) {%k1}", f"addq\t${row_step}, %r9", "cmpq\t$4096, %r9",
+               "jne\t.LBB0_1")
+
+
+def test_a_load_reaching_into_the_previous_rows_masked_store_waits_for_it_to_retire():
+    """Rows of 14 floats (56 bytes apart): the masked tail's store (bytes 32-64) covers the next row's first 8 bytes,
+    so the next iteration's first load overlaps it without lying inside it and cannot be forwarded; with
+    `failed_forward_cycles` it waits for that store's retirement, and the iterations run one after another. Rows
+    padded to 64 bytes do not overlap and keep their steady state (conv2d_s2's row on Emerald Rapids: 10.0 ms, padded
+    2.32)."""
+    fma = _fma_entry()["latency"]
+    on = skx(SchedConfig(steady_state=True, failed_forward_cycles=20))
+    off = skx(SchedConfig(steady_state=True))
+    overlapping, padded = _masked_rows_body(56), _masked_rows_body(64)
+    assert off.block_cycles(overlapping, loop_body=True) < 2 * 8 * fma  # chains of successive rows overlap
+    # each row waits for the previous one's masked store to retire (its chain) and then 20 cycles
+    assert on.block_cycles(overlapping, loop_body=True) >= 8 * fma + 20
+    assert on.block_cycles(padded, loop_body=True) == off.block_cycles(padded, loop_body=True)
+    assert on.block_cycles(padded, loop_body=True) < 8 * fma
