@@ -251,9 +251,7 @@ class ListScheduler:
             base = inst.mem_base if cfg.memory_dependences else None
             span = None  # (address form, first byte, end) when accesses are told apart by address
             if base is not None and cfg.disambiguate_addresses and inst.mem_addr is not None:
-                b, ix, sc, disp = inst.mem_addr
-                span = ((b, version.get(b, 0), ix, version.get(ix, 0) if ix else 0, sc),
-                        disp, disp + (inst.width // 8 if inst.width else 8))
+                span = _address_span(inst, version)
                 base = None
             if folded is not None:
                 # the folded load needs only the address; the operation waits for its data
@@ -289,10 +287,7 @@ class ListScheduler:
                     t = max(t, _overlapping(loads_at, span))
             stepped = None
             if cfg.failed_forward_cycles and inst.mem_addr is not None and (is_load or inst.mem_write):
-                b, ix, sc, disp = inst.mem_addr
-                lo = disp + steps.get(b, 0) + (steps.get(ix, 0) * sc if ix else 0)
-                stepped = ((b, stepped_version.get(b, 0), ix, stepped_version.get(ix, 0) if ix else 0, sc),
-                           lo, lo + (inst.width // 8 if inst.width else 8))
+                stepped = _address_span(inst, stepped_version, steps)
                 if is_load:
                     form, lo, hi = stepped
                     for a, e, at in stepped_stores.get(form, ()):
@@ -356,6 +351,16 @@ class BlockCycles:
 
     def __post_init__(self) -> None:
         self.total = self.cycles * self.executions
+
+
+def _address_span(inst: Instruction, version: dict[str, int], steps: dict[str, int] | None = None) -> tuple:
+    """(address form, first byte, end) of a memory access: its base and index registers with their `version`s and
+    its scale, then its bytes; with `steps`, the displacement moved by the registers' constant steps so far."""
+    b, ix, sc, disp = inst.mem_addr
+    if steps:
+        disp += steps.get(b, 0) + (steps.get(ix, 0) * sc if ix else 0)
+    return ((b, version.get(b, 0), ix, version.get(ix, 0) if ix else 0, sc),
+            disp, disp + (inst.width // 8 if inst.width else 8))
 
 
 def _constant_step(inst: Instruction) -> tuple[str, int] | None:

@@ -809,11 +809,11 @@ class LoopTree:
         roots = b.stmt(func.body, _Ctx())
         if compact:
             _compact_intermediates(roots, b.extents, {str(p.name) for p in func.params})
+        tree = cls(roots=roots, extents=dict(b.extents))
         if b.dim_align:
-            for leaf in (n for r in roots for n in ([r] if not r.is_loop else r.statements())):
-                for a in leaf.accesses:
-                    a.dim_align = b.dim_align.get(a.buffer, ())
-        return cls(roots=roots, extents=dict(b.extents))
+            for a in tree.accesses():
+                a.dim_align = b.dim_align.get(a.buffer, ())
+        return tree
 
     def walk(self) -> Iterator[Node]:
         """All nodes in pre-order (loops and statement leaves)."""
