@@ -20,8 +20,8 @@ def run_c_cases(source: str, rounds: int, iters: int) -> dict[str, list[float]]:
         raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, os.path.splitext(source)[0])
-        subprocess.run([cc, "-O2", "-mavx512f", "-mavx512dq", "-mfma", "-o", exe, os.path.join(HERE, source)],
-                       check=True)
+        flags = ["-O2", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mfma"]
+        subprocess.run([cc, *flags, "-o", exe, os.path.join(HERE, source)], check=True)
         out = subprocess.run([exe, str(rounds), str(iters)], check=True, capture_output=True, text=True).stdout
     times: dict[str, list[float]] = {}
     for line in out.splitlines():

@@ -261,6 +261,10 @@ class KernelConfig:
     # cycles. It sees the order of loads and stores that the rule above cannot: conv2d_s2's row runs 120 cycles per
     # iteration in steady state with it at 20 (12 without; 15 with its rows padded, either way). 0: not counted
     failed_forward_cycles: float = 0.0
+    # ... and a load that overlaps an earlier masked store waits so too (`SchedConfig.failed_forward_masked`): LLVM
+    # keeps the masked tail of a row of accumulators (14 lanes as 8 + a masked 6) in memory across the reduction
+    # loop, and each iteration reloads what the last one stored under the mask
+    failed_forward_masked: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

@@ -198,3 +198,29 @@ def test_a_load_reaching_into_the_previous_rows_masked_store_waits_for_it_to_ret
     assert on.block_cycles(overlapping, loop_body=True) >= 8 * fma + 20
     assert on.block_cycles(padded, loop_body=True) == off.block_cycles(padded, loop_body=True)
     assert on.block_cycles(padded, loop_body=True) < 8 * fma
+
+
+def _tail_in_memory_body(mask: str) -> list[asm.Instruction]:
+    """One iteration of a reduction loop whose 8 lanes of accumulators stay in a register and whose tail lanes LLVM
+    keeps in memory: loaded under `mask` at the same address in every iteration, two multiply-adds, stored back."""
+    return x86("vbroadcastss\t(%rsi,%r13), %ymm1", "vfmadd231ps\t%ymm1, %ymm2, %ymm0",
+               f"vmovups\t32(%r11), %ymm9 {mask} {{z}}", "vfmadd231ps\t%ymm1, %ymm2, %ymm9",
+               "vfmadd231ps\t%ymm1, %ymm3, %ymm9", f"vmovups\t%ymm9, 32(%r11) {mask}", "addq\t$4, %r13",
+               "cmpq\t$64, %r13", "jne\t.LBB0_1")
+
+
+def test_a_load_of_a_masked_stores_own_bytes_waits_for_it_to_retire_with_failed_forward_masked():
+    """The next iteration's masked load reads exactly what the masked store wrote, so `failed_forward_cycles` alone
+    (a load reaching past the store) leaves it forwarded; with `failed_forward_masked` it waits for the store's
+    retirement, and each iteration costs the chain's latency plus those cycles."""
+    fma = _fma_entry()["latency"]
+    body = _tail_in_memory_body("{%k1}")
+    off = skx(SchedConfig(steady_state=True))
+    partial_only = skx(SchedConfig(steady_state=True, failed_forward_cycles=20))
+    masked = skx(SchedConfig(steady_state=True, failed_forward_cycles=20, failed_forward_masked=True))
+    assert partial_only.block_cycles(body, loop_body=True) == off.block_cycles(body, loop_body=True)
+    assert masked.block_cycles(body, loop_body=True) >= 2 * fma + 20
+    assert off.block_cycles(body, loop_body=True) < 2 * fma + 20
+    # an unmasked store of the same bytes is forwarded under either setting
+    plain = x86(*(i.text.replace(" {%k1}", "").replace(" {z}", "") for i in body))
+    assert masked.block_cycles(plain, loop_body=True) == off.block_cycles(plain, loop_body=True)
