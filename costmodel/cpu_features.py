@@ -158,7 +158,8 @@ class CPUFeatureExtractor:
         self.arch = spec.arch
         mcpu = str(dict(target.attrs).get("mcpu", ""))
         failed = {"failed_forward_cycles": int(self.kernel.failed_forward_cycles),
-                  "failed_forward_masked": bool(self.kernel.failed_forward_masked)}
+                  "failed_forward_masked": bool(self.kernel.failed_forward_masked),
+                  "gather_lane_cycles": float(self.kernel.asm_gather_lane_cycles)}
         self.scheduler = ListScheduler.for_spec(spec, SchedConfig(**failed), cpu=mcpu or None)
         # the assembly's FP rate of multiply-add loops, per iteration in steady state, where the kernel settings ask
         self.fma_scheduler = ListScheduler.for_spec(

@@ -265,6 +265,9 @@ class KernelConfig:
     # keeps the masked tail of a row of accumulators (14 lanes as 8 + a masked 6) in memory across the reduction
     # loop, and each iteration reloads what the last one stored under the mask
     failed_forward_masked: bool = False
+    # The assembly's gathers priced by their lanes in the FP rate's list scheduler (`SchedConfig.gather_lane_cycles`:
+    # cycles a gather holds a load pipe per lane); 0: a gather is priced as one load
+    asm_gather_lane_cycles: float = 0.0
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

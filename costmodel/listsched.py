@@ -71,10 +71,14 @@ class SchedConfig:
     # so that a steady-state copy meets the previous iteration's stores. 0: such loads are forwarded like the others
     failed_forward_cycles: int = 0
     # With `failed_forward_cycles`: a load overlapping an earlier masked store (`{%k}`, a vectorized tail) waits
-    # the same way even when it lies inside it. Emerald Rapids: a load of a masked store's own address (mask 0x3f of
-    # 8 lanes) runs 8.1 ns after it in a dependent chain, 3.4 after an unmasked store or an all-ones mask
-    # (session 98); LLVM keeps a masked tail of accumulators in memory across the reduction loop
+    # the same way even when it lies inside it. Emerald Rapids: a chain that loads what it just stored takes 7.0 ns
+    # per step when the store is masked (6 of 8 lanes), 2.9 unmasked or with all lanes set (`masked_forward.py`,
+    # session 98); LLVM keeps a masked tail of accumulators in memory across a reduction loop
     failed_forward_masked: bool = False
+    # Cycles a gather (`vgather*`) holds a load pipe per lane of its destination; 0: one load's. Emerald Rapids: 8
+    # ymm gathers of a stride-2 input added 23 cycles to a 35-cycle body of 64 FMAs, 32 broadcasts and 8 loads
+    # (`gather_body.py`, session 98); alone, a gather of 8 or 16 lanes takes a cycle per lane (`serial_gathers.py`)
+    gather_lane_cycles: float = 0.0
     steady_state_copies: int = 4  # copies scheduled back to back to measure the steady state
 
 
@@ -244,6 +248,9 @@ class ListScheduler:
 
         for idx, inst in enumerate(insts):
             timing, folded = table.timing(inst)
+            if cfg.gather_lane_cycles and _GATHER_RE.match(inst.mnemonic):
+                held = max(1, round(max(inst.width // 32, 1) * cfg.gather_lane_cycles))
+                timing = Timing(timing.latency, timing.resource, max(timing.occupancy, held))
             # in-order dispatch: issue width per cycle, and the window must have room
             if in_cycle >= width:
                 dispatch_cycle, in_cycle = dispatch_cycle + 1, 0
@@ -371,6 +378,7 @@ def _address_span(inst: Instruction, version: dict[str, int], steps: dict[str, i
 
 
 _MASK_RE = re.compile(r"\{%k[1-7]\}")
+_GATHER_RE = re.compile(r"^v(p)?gather")
 
 
 def _constant_step(inst: Instruction) -> tuple[str, int] | None:

@@ -224,3 +224,16 @@ def test_a_load_of_a_masked_stores_own_bytes_waits_for_it_to_retire_with_failed_
     # an unmasked store of the same bytes is forwarded under either setting
     plain = x86(*(i.text.replace(" {%k1}", "").replace(" {z}", "") for i in body))
     assert masked.block_cycles(plain, loop_body=True) == off.block_cycles(plain, loop_body=True)
+
+
+def test_a_gather_holds_a_load_pipe_per_lane_with_gather_lane_cycles():
+    """Eight ymm gathers beside sixteen multiply-adds: priced as one load each they hide behind the FMAs; holding a
+    load pipe a cycle per lane (8 x 8 lanes over the profile's load pipes) they bound the body instead."""
+    gathers = [f"vgatherdps\t{64 * g}(%r10,%ymm28), %ymm{g} {{%k1}}" for g in range(8)]
+    fmas = [f"vfmadd231ps\t%ymm{g}, %ymm20, %ymm{8 + g}" for g in range(8)] * 2
+    body = x86(*gathers, *fmas, "addq\t$4, %r10", "cmpq\t$64, %r10", "jne\t.LBB0_1")
+    off = skx(SchedConfig(steady_state=True))
+    per_lane = skx(SchedConfig(steady_state=True, gather_lane_cycles=1.0))
+    pipes = per_lane.table.resources["load"]
+    assert off.block_cycles(body, loop_body=True) < 8 * 8 / pipes
+    assert per_lane.block_cycles(body, loop_body=True) >= 8 * 8 / pipes
