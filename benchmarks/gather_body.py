@@ -9,11 +9,10 @@ over the case with neither (per round). Grounds `SchedConfig.gather_lane_cycles`
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
-from microbench import parse_args, run_c_cases
+from microbench import excess_rows, parse_args, run_c_cases
 from report_files import write_report
 
 import drytune as dt
@@ -29,13 +28,8 @@ CASES = {
 def main() -> int:
     args = parse_args(__doc__)
     ghz = dt.resolve_target("llvm")[1].freq_ghz
-    times = run_c_cases("gather_body.c", args.rounds, 2_000_000)
-    rows = []
-    for name, what in CASES.items():
-        excess = [t - b for t, b in zip(times[name], times["loads_regs"], strict=True)]
-        ns = statistics.median(times[name])
-        rows.append({"case": name, "what": what, "ns": ns, "cycles": ns * ghz,
-                     "excess_cycles": statistics.median(excess) * ghz})
+    rows = [r | {"cycles": r["ns"] * ghz, "excess_cycles": r["excess_ns"] * ghz}
+            for r in excess_rows(run_c_cases("gather_body.c", args.rounds, 2_000_000), CASES, "loads_regs")]
     report = {"date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "ghz": ghz, "rows": rows,
               "command": "python benchmarks/gather_body.py " + " ".join(sys.argv[1:])}
     lines = ["# One strided-convolution body: gathers and a masked accumulator tail", "",

@@ -8,11 +8,10 @@ unmasked case (per round): the cycles a load loses when the store before it cann
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
-from microbench import parse_args, run_c_cases
+from microbench import excess_rows, parse_args, run_c_cases
 from report_files import write_report
 
 CASES = {
@@ -26,12 +25,7 @@ CASES = {
 
 def main() -> int:
     args = parse_args(__doc__)
-    times = run_c_cases("masked_forward.c", args.rounds, 5_000_000)
-    rows = []
-    for name, what in CASES.items():
-        excess = [t - p for t, p in zip(times[name], times["plain"], strict=True)]
-        rows.append({"case": name, "what": what, "ns": statistics.median(times[name]),
-                     "excess_ns": statistics.median(excess)})
+    rows = excess_rows(run_c_cases("masked_forward.c", args.rounds, 5_000_000), CASES, "plain")
     report = {"date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "rows": rows,
               "command": "python benchmarks/masked_forward.py " + " ".join(sys.argv[1:])}
     lines = ["# A store loaded back at once, masked and not", "", f"{report['date']}. `{report['command']}`", "",

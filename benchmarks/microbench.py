@@ -30,6 +30,16 @@ def run_c_cases(source: str, rounds: int, iters: int) -> dict[str, list[float]]:
     return times
 
 
+def excess_rows(times: dict[str, list[float]], cases: dict[str, str], baseline: str) -> list[dict]:
+    """Per case (name -> what it does): its median time and the median over rounds of its excess over `baseline`'s
+    time in the same round (`run_c_cases` readings, ns)."""
+    import statistics
+
+    return [{"case": name, "what": what, "ns": statistics.median(times[name]),
+             "excess_ns": statistics.median(t - b for t, b in zip(times[name], times[baseline], strict=True))}
+            for name, what in cases.items()]
+
+
 def parse_args(doc: str | None) -> argparse.Namespace:
     """Rounds, time per kernel per round and the results tag; pins TVM's thread pool to one thread."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
