@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 
@@ -33,8 +34,6 @@ def run_c_cases(source: str, rounds: int, iters: int) -> dict[str, list[float]]:
 def excess_rows(times: dict[str, list[float]], cases: dict[str, str], baseline: str) -> list[dict]:
     """Per case (name -> what it does): its median time and the median over rounds of its excess over `baseline`'s
     time in the same round (`run_c_cases` readings, ns)."""
-    import statistics
-
     return [{"case": name, "what": what, "ns": statistics.median(times[name]),
              "excess_ns": statistics.median(t - b for t, b in zip(times[name], times[baseline], strict=True))}
             for name, what in cases.items()]

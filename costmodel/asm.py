@@ -252,7 +252,7 @@ _X86_SHUFFLE_RE = re.compile(
     r"movhlps|movlhps|expand|compress|pexpand|pcompress|pack|pmov[sz]x|pmov[a-z]*[bwdq]$|pslldq|psrldq)"
 )
 _X86_SCALAR_FP_RE = re.compile(r"(ss|sd|sh)$|^v?u?comis[sdh]$|^v?cvtt?s[sdh]2")
-_X86_GATHER_RE = re.compile(r"^v(p)?gather")
+X86_GATHER_RE = re.compile(r"^v(p)?gather")  # gathers (the list scheduler can price them by lane)
 _X86_SCATTER_RE = re.compile(r"^v(p)?scatter")
 _X86_ZERO_IDIOMS = frozenset("xor sub pxor xorps xorpd vpxor vxorps vxorpd vpxord vpxorq vpsubd vpsubq".split())
 _X86_AVX_DEST_READ_RE = re.compile(r"^vperm[ti]2|^vpternlog|^vpdp|^vpmadd52|^v?f(n)?m(add|sub)")
@@ -464,7 +464,7 @@ def _x86_class(mn: str, base: str, has_vec: bool, mem_read: bool, mem_write: boo
             return BROADCAST
         if _X86_VMOV_RE.match(mn):
             return VEC_STORE if mem_write else VEC_LOAD if mem_read else VEC_MOVE
-        if _X86_GATHER_RE.match(mn):
+        if X86_GATHER_RE.match(mn):
             return VEC_LOAD
         if _X86_SCATTER_RE.match(mn):
             return VEC_STORE

@@ -24,6 +24,7 @@ from drytune.costmodel.asm import (
     SCALAR_LOAD,
     SHUFFLE,
     VEC_LOAD,
+    X86_GATHER_RE,
     BlockExec,
     Instruction,
     InstructionCounts,
@@ -248,7 +249,7 @@ class ListScheduler:
 
         for idx, inst in enumerate(insts):
             timing, folded = table.timing(inst)
-            if cfg.gather_lane_cycles and _GATHER_RE.match(inst.mnemonic):
+            if cfg.gather_lane_cycles and X86_GATHER_RE.match(inst.mnemonic):
                 held = max(1, round(max(inst.width // 32, 1) * cfg.gather_lane_cycles))
                 timing = Timing(timing.latency, timing.resource, max(timing.occupancy, held))
             # in-order dispatch: issue width per cycle, and the window must have room
@@ -378,7 +379,6 @@ def _address_span(inst: Instruction, version: dict[str, int], steps: dict[str, i
 
 
 _MASK_RE = re.compile(r"\{%k[1-7]\}")
-_GATHER_RE = re.compile(r"^v(p)?gather")
 
 
 def _constant_step(inst: Instruction) -> tuple[str, int] | None:
