@@ -39,6 +39,9 @@ def main() -> int:
     ap.add_argument("--b", type=named_file, required=True, metavar="NAME=FILE")
     ap.add_argument("--ops", required=True, help="comma-separated suite operators")
     ap.add_argument("--budget", type=float, default=60.0, help="seconds of tuning per operator and file")
+    ap.add_argument("--trials", type=int, default=None,
+                    help="candidates scored per operator and file instead of --budget: a file that scores faster "
+                         "then searches no further than the other, and the picks differ by the files alone")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tag", default=None)
@@ -52,8 +55,9 @@ def main() -> int:
         task = workloads.get(op).task()
         mods, info = {}, {}
         for name, path in files.items():
-            res = dt.tune(task, seconds=args.budget, progress=False, work_dir=tempfile.mkdtemp(prefix="dt-ab-"),
-                          cost_model=functools.partial(StaticCostModel, coefficients=path), seed=args.seed)
+            res = dt.tune(task, seconds=None if args.trials else args.budget, trials=args.trials, progress=False,
+                          work_dir=tempfile.mkdtemp(prefix="dt-ab-"), seed=args.seed,
+                          cost_model=functools.partial(StaticCostModel, coefficients=path))
             mods[name] = res.best.to_mod()
             info[name] = {"trials": res.trials, "predicted_s": res.predicted, "sketch": res.best.sketch.name,
                           "decisions": json.loads(res.best.decisions_json())}
@@ -66,16 +70,17 @@ def main() -> int:
         print(f"{op}: {b} / {a} = {ratio:.3f} ({row['median_s'][a] * 1e3:.4f} vs {row['median_s'][b] * 1e3:.4f} ms)",
               flush=True)
     command = "python benchmarks/file_ab.py " + " ".join(sys.argv[1:])
+    effort = f"{args.trials} candidates" if args.trials else f"{args.budget:g} s"
     lines = ["# Two coefficients files tuning the same operators", "", f"{time.strftime('%Y-%m-%d')}. `{command}`", "",
-             f"A = `{a}` ({pa}), B = `{b}` ({pb}); {args.budget:g} s of static search each (seed {args.seed}), picks "
+             f"A = `{a}` ({pa}), B = `{b}` ({pb}); {effort} of static search each (seed {args.seed}), picks "
              f"timed interleaved over {args.rounds} rounds; ratio = median of per-round B / A (below 1: B faster).",
              "", f"| op | {a} (ms) | {b} (ms) | {b} / {a} | sketches |", "|---|---|---|---|---|"]
     lines += [f"| {r['op']} | {r['median_s'][a] * 1e3:.4f} | {r['median_s'][b] * 1e3:.4f} | "
               f"{r['ratio_b_over_a']:.3f} | {r['info'][a]['sketch']} / {r['info'][b]['sketch']} |" for r in rows]
     if rows:
         lines += ["", f"Median over operators: {statistics.median(r['ratio_b_over_a'] for r in rows):.3f}."]
-    write_report("file_ab", args.tag, {"command": command, "files": files, "budget_s": args.budget, "rows": rows},
-                 lines)
+    effort_fields = {"trials": args.trials} if args.trials else {"budget_s": args.budget}
+    write_report("file_ab", args.tag, {"command": command, "files": files, **effort_fields, "rows": rows}, lines)
     return 0
 
 

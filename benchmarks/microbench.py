@@ -11,24 +11,34 @@ import subprocess
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+C_FLAGS = ["-O2", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mfma"]
 
 
 def run_c_cases(source: str, rounds: int, iters: int) -> dict[str, list[float]]:
     """Build `source` (a C file beside this one, AVX-512 intrinsics) and run it for `rounds` and `iters`; it prints
     `ROUND CASE NS` lines: ns of each case in each round."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, os.path.splitext(source)[0])
-        flags = ["-O2", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mfma"]
-        subprocess.run([cc, *flags, "-o", exe, os.path.join(HERE, source)], check=True)
+        subprocess.run([_c_compiler(), *C_FLAGS, "-o", exe, os.path.join(HERE, source)], check=True)
         out = subprocess.run([exe, str(rounds), str(iters)], check=True, capture_output=True, text=True).stdout
     times: dict[str, list[float]] = {}
     for line in out.splitlines():
         _, name, ns = line.split()
         times.setdefault(name, []).append(float(ns))
     return times
+
+
+def c_assembly(source: str) -> str:
+    """The assembly that `run_c_cases` runs for `source` (same compiler and flags)."""
+    return subprocess.run([_c_compiler(), *C_FLAGS, "-S", "-o", "-", os.path.join(HERE, source)], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _c_compiler() -> str:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise SystemExit("needs a C compiler (gcc or cc) with AVX-512 intrinsics")
+    return cc
 
 
 def excess_rows(times: dict[str, list[float]], cases: dict[str, str], baseline: str) -> list[dict]:

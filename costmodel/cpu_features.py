@@ -159,11 +159,13 @@ class CPUFeatureExtractor:
         mcpu = str(dict(target.attrs).get("mcpu", ""))
         sched = {"failed_forward_cycles": int(self.kernel.failed_forward_cycles),
                  "failed_forward_masked": bool(self.kernel.failed_forward_masked),
-                 "gather_lane_cycles": float(self.kernel.asm_gather_lane_cycles)}
+                 "gather_lane_cycles": float(self.kernel.asm_gather_lane_cycles),
+                 "scheduler_entries": int(self.kernel.asm_scheduler_entries)}
         self.scheduler = ListScheduler.for_spec(spec, SchedConfig(**sched), cpu=mcpu or None)
         # the assembly's FP rate of multiply-add loops, per iteration in steady state, where the kernel settings ask
         self.fma_scheduler = ListScheduler.for_spec(
-            spec, SchedConfig(steady_state=True, **sched), cpu=mcpu or None) \
+            spec, SchedConfig(steady_state=True, steady_state_slope=bool(self.kernel.asm_steady_state_slope), **sched),
+            cpu=mcpu or None) \
             if self.kernel.steady_state_fp_rate else None
         self.footprints = default_counter(DataMoveConfig())
 

@@ -268,6 +268,12 @@ class KernelConfig:
     # The assembly's gathers priced by their lanes in the FP rate's list scheduler (`SchedConfig.gather_lane_cycles`:
     # cycles a gather holds a load pipe per lane); 0: a gather is priced as one load
     asm_gather_lane_cycles: float = 0.0
+    # Entries of the list scheduler's scheduler (`SchedConfig.scheduler_entries`): dispatch stalls while this many
+    # instructions wait for their operands, so that long multiply-add chains overlap less; 0: unbounded
+    asm_scheduler_entries: int = 0
+    # The FP rate's steady state per loop iteration measured after as many copies as it measures over
+    # (`SchedConfig.steady_state_slope`), so that a long multiply-add chain's slack is not counted as speed
+    asm_steady_state_slope: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

@@ -11,6 +11,7 @@ the ILP cost of the program.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -22,8 +23,10 @@ from drytune.costmodel.asm import (
     BROADCAST,
     CLASSES,
     SCALAR_LOAD,
+    SCALAR_STORE,
     SHUFFLE,
     VEC_LOAD,
+    VEC_STORE,
     X86_GATHER_RE,
     BlockExec,
     Instruction,
@@ -81,6 +84,15 @@ class SchedConfig:
     # (`gather_body.py`, session 98); alone, a gather of 8 or 16 lanes takes a cycle per lane (`serial_gathers.py`)
     gather_lane_cycles: float = 0.0
     steady_state_copies: int = 4  # copies scheduled back to back to measure the steady state
+    # Steady state as the cycles that `steady_state_copies` more copies add after that many, not those that copies
+    # add after the first. A body that one long dependence chain makes latency-bound has slack that the first few
+    # copies fill for free: two chains of 16 multiply-adds came out at 7.3 cycles per iteration, below the 16 that
+    # the FMA pipes need for their 32 (`tests/test_costmodel_listsched.py`); 8 after 4 copies gives 16.0
+    steady_state_slope: bool = False
+    # Entries of the scheduler (reservation station) that holds dispatched instructions other than plain loads and
+    # stores until they start; dispatch stalls while it is full. 0: unbounded (only the reorder window limits).
+    # Long dependence chains fill it, so that iterations overlap less than the reorder window allows
+    scheduler_entries: int = 0
 
 
 class LatencyTable:
@@ -201,7 +213,12 @@ class ListScheduler:
         cap = self.config.max_block_instructions
         insts = list(instructions[:cap])
         scale = len(instructions) / len(insts)
-        if steady:
+        if steady and self.config.steady_state_slope:
+            n = max(1, self.config.steady_state_copies)
+            fewer = self._schedule(insts * n)
+            more = self._schedule(insts * (2 * n))
+            cycles = max((more - fewer) / n, 1.0) * scale
+        elif steady:
             n = max(2, self.config.steady_state_copies)
             one = self._schedule(insts)
             many = self._schedule(insts * n)
@@ -233,6 +250,7 @@ class ListScheduler:
         stepped_version: dict[str, int] = {}  # register -> writes other than constant steps
         stepped_stores: dict[tuple, list[tuple[int, int, int, bool]]] = {}
         retire: list[int] = []
+        waiting: list[int] = []  # starts of dispatched instructions held in the scheduler (a heap)
         dispatch_cycle, in_cycle = 0, 0
         end = 0
 
@@ -257,10 +275,16 @@ class ListScheduler:
                 dispatch_cycle, in_cycle = dispatch_cycle + 1, 0
             if idx >= window and retire[idx - window] > dispatch_cycle:
                 dispatch_cycle, in_cycle = retire[idx - window], 0
+            is_load = inst.iclass in (VEC_LOAD, SCALAR_LOAD, BROADCAST) and inst.mem_read
+            held_in_scheduler = cfg.scheduler_entries > 0 and not (is_load or inst.iclass in (VEC_STORE, SCALAR_STORE))
+            if held_in_scheduler:
+                while waiting and waiting[0] <= dispatch_cycle:
+                    heapq.heappop(waiting)
+                if len(waiting) >= cfg.scheduler_entries:
+                    dispatch_cycle, in_cycle = heapq.heappop(waiting), 0
             in_cycle += 1
             t = dispatch_cycle
             addr_regs: frozenset[str] = frozenset()
-            is_load = inst.iclass in (VEC_LOAD, SCALAR_LOAD, BROADCAST) and inst.mem_read
             base = inst.mem_base if cfg.memory_dependences else None
             span = None  # (address form, first byte, end) when accesses are told apart by address
             if base is not None and cfg.disambiguate_addresses and inst.mem_addr is not None:
@@ -309,6 +333,8 @@ class ListScheduler:
                             t = max(t, retire[at] + cfg.failed_forward_cycles)
             start = reserve(timing.resource, t, timing.occupancy)
             finish = start + timing.latency
+            if held_in_scheduler and start > dispatch_cycle:
+                heapq.heappush(waiting, start)
             for r in inst.reads:
                 if last_read.get(r, -1) < start:
                     last_read[r] = start

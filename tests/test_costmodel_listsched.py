@@ -237,3 +237,35 @@ def test_a_gather_holds_a_load_pipe_per_lane_with_gather_lane_cycles():
     pipes = per_lane.table.resources["load"]
     assert off.block_cycles(body, loop_body=True) < 8 * 8 / pipes
     assert per_lane.block_cycles(body, loop_body=True) >= 8 * 8 / pipes
+
+
+def _accumulator_body(chains: int) -> list[asm.Instruction]:
+    """A loop body of 32 multiply-adds into `chains` accumulators loaded from and stored back to rows that the
+    pointer step moves past: iterations are independent, each accumulator a chain of 32 / chains."""
+    loads = [f"vmovups\t{64 * c}(%rsi), %ymm{c}" for c in range(chains)]
+    fmas = [f"vfmadd231ps\t%ymm{16 + k % 8}, %ymm30, %ymm{c}" for k in range(32 // chains) for c in range(chains)]
+    stores = [f"vmovups\t%ymm{c}, {64 * c}(%rsi)" for c in range(chains)]
+    return x86(*loads, *fmas, *stores, "addq\t$1024, %rsi", "cmpq\t%rsi, %rdi", "jne\t.LBB0_1")
+
+
+
+def test_steady_state_slope_keeps_long_chains_at_the_pipes_rate():
+    """Measured after the first copy, two chains of 16 overlap the copies' chains for free and come out below the
+    16 cycles that two FMA pipes need for 32 multiply-adds; measured after four copies they take the pipes' rate."""
+    fmas = 32 * _fma_entry()["rthroughput"]
+    first = skx(SchedConfig(steady_state=True))
+    slope = skx(SchedConfig(steady_state=True, steady_state_slope=True))
+    assert first.block_cycles(_accumulator_body(2), loop_body=True) < fmas
+    for chains in (2, 8):
+        assert slope.block_cycles(_accumulator_body(chains), loop_body=True) == pytest.approx(fmas)
+    # one chain of 32 is longer than the reorder window can overlap: slower than the pipes
+    assert slope.block_cycles(_accumulator_body(1), loop_body=True) > 1.5 * fmas
+
+
+def test_long_multiply_add_chains_fill_a_bounded_scheduler():
+    """With a scheduler of 24 entries the waiting multiply-adds of two chains of 16 fill it and stall dispatch;
+    eight chains of 4 still run at the pipes' rate."""
+    fmas = 32 * _fma_entry()["rthroughput"]
+    bounded = skx(SchedConfig(steady_state=True, steady_state_slope=True, scheduler_entries=24))
+    assert bounded.block_cycles(_accumulator_body(8), loop_body=True) == pytest.approx(fmas)
+    assert bounded.block_cycles(_accumulator_body(2), loop_body=True) >= 1.5 * fmas
