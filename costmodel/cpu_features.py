@@ -25,6 +25,7 @@ from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, da
 from .fpratio import (
     cycles_per_fp_lane,
     has_fp_code,
+    outside_cycles_per_fp_lane,
     outside_shuffles_per_fp_lane,
     repair_chunk_counts,
     repair_fma_counts,
@@ -54,9 +55,10 @@ FEATURE_NAMES = (
     "stack_mem",  # loads/stores through the stack pointer in the FP code (spills) per FP lane x TIR FP ops, per core
     "burst_store_lines",  # a network kernel's output lines stored in bursts the compute does not hide, per core
     "asm_outside_shuffles",  # shuffles outside the FP code per FP lane x TIR FP ops, per core (fpratio)
+    "asm_outside_cycles",  # list-scheduled cycles outside the FP code per FP lane x TIR FP ops, per core (fpratio)
 )
 # Features added after coefficient files were fitted: a file without one weighs it 0.
-ADDED_FEATURES = frozenset({"burst_store_lines", "asm_outside_shuffles"})
+ADDED_FEATURES = frozenset({"burst_store_lines", "asm_outside_shuffles", "asm_outside_cycles"})
 
 _L1_LINES, _KERNEL_CYCLES = FEATURE_NAMES.index("l1_lines"), FEATURE_NAMES.index("kernel_cycles")
 
@@ -222,6 +224,7 @@ class CPUFeatureExtractor:
             stack_accesses_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
             self._burst_store_lines(mod, tree),
             outside_shuffles_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
+            outside_cycles_per_fp_lane(program, counts, self.scheduler, float_only, skip_calls) * fp_ops / speedup,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)

@@ -132,14 +132,31 @@ def outside_shuffles_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
     """Execution-weighted shuffles and inserts of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code): what the FP rate does not see. LLVM builds a TVM vector of odd width lane by
     lane (a weight's 56-lane splat: 42 vinsertps and 3 wider inserts) before the loop that uses it."""
-    shuffles = lanes = 0.0
+    return _outside_per_fp_lane(program, counts, lambda blocks: sum(1 for insts in blocks for i in insts
+                                                                    if i.iclass == SHUFFLE), float_only, skip_calls)
+
+
+def outside_cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
+                               float_only: bool = False, skip_calls: bool = False) -> float:
+    """Execution-weighted list-scheduled cycles of the units that do no FP work (`_units`), per FP lane operation of
+    the FP units (0 without FP code). LLVM gathers a strided operand in the block before the multiply-add loop that
+    reuses it (a batched matmul's 8 gathers of 8 lanes for every 2 iterations of 64 multiply-adds), which the FP rate
+    does not see either."""
+    return _outside_per_fp_lane(program, counts, lambda blocks: sum(scheduler.block_cycles(insts) for insts in blocks),
+                                float_only, skip_calls)
+
+
+def _outside_per_fp_lane(program: AsmProgram, counts: InstructionCounts, cost, float_only: bool,
+                         skip_calls: bool) -> float:
+    """Execution-weighted `cost` (of a unit's blocks) of the units without FP lanes, per FP lane of the others."""
+    outside = lanes = 0.0
     for blocks, _, n in _units(program, counts, skip_calls):
         unit_lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
         if unit_lanes > 0:
             lanes += n * unit_lanes
-        else:
-            shuffles += n * sum(1 for insts in blocks for i in insts if i.iclass == SHUFFLE)
-    return shuffles / lanes if lanes > 0 else 0.0
+        elif n > 0:
+            outside += n * cost(blocks)
+    return outside / lanes if lanes > 0 else 0.0
 
 
 def _fma_lanes(inst) -> float:

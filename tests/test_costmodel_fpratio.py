@@ -56,6 +56,29 @@ def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
     assert rates[0] == rates[1]  # outer trip 10 or an assumed 1: the same rate
 
 
+
+def test_gathers_before_the_multiply_add_loop_are_cycles_outside_the_fp_code():
+    """Four 16-lane gathers in the outer loop's block, before the inner loop that multiplies what they gathered: the
+    FP rate of the inner loop does not change, and `outside_cycles_per_fp_lane` grows per run of the outer block by at
+    least the 16 cycles that the second pair of gathers waits for the two load pipes, over the 4 x 32 FP lanes of the
+    inner loop's runs."""
+    from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
+
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"), SchedConfig(gather_lane_cycles=1.0))
+    gathers = "".join(f"    vgatherdps (%r8,%zmm30,4), %zmm{20 + g} {{%k1}}\n" for g in range(4))
+    with_gathers = LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + gathers)
+    rates, outside = [], []
+    for text in (LOOPS_X86, with_gathers):
+        prog = asm.parse_asm(text, "x86")
+        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+        rates.append(cycles_per_fp_lane(prog, counts, sched))
+        outside.append(outside_cycles_per_fp_lane(prog, counts, sched))
+    assert rates[0] == rates[1]
+    assert 0 < outside[0] < outside[1]
+    assert sched.table.resources["load"] == 2
+    assert outside[1] - outside[0] >= 16 / (4 * 32)
+
+
 # Inner loop of three blocks: a guarded load (a padded input read in place), then the two FMAs on what was loaded.
 GUARDED_X86 = LOOPS_X86.replace(
     ".LBB0_2:\n    vmovups 256(%rsi,%rcx), %zmm1\n",

@@ -42,7 +42,7 @@ def _task(name: str, target: str | dict = "llvm") -> dt.Task:
 
 def test_fit_recovers_known_coefficients() -> None:
     rng = np.random.default_rng(0)
-    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 0.0, 0.0, 0.3, 0.0, 1.5, 4.0, 0.8])
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 0.0, 0.0, 0.3, 0.0, 1.5, 4.0, 0.8, 0.6])
     feats = rng.uniform(1e3, 1e6, size=(60, len(FEATURE_NAMES)))
     seconds = feats @ true / 2.5e9
     fitted = fit_coefficients(feats, seconds, freq_ghz=2.5)
@@ -54,7 +54,7 @@ def test_fit_recovers_known_coefficients() -> None:
 def test_log_ranking_fit_ignores_per_operator_scale() -> None:
     """Each operator's latencies off by its own factor: the order within operators still fixes the weights."""
     rng = np.random.default_rng(1)
-    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 3.0, 0.5, 0.0, 1.0, 0.0, 4.0, 0.0])
+    true = np.array([1.0, 0.0, 0.5, 0.0, 2.0, 6.0, 0.0, 100.0, 3.0, 0.5, 0.0, 1.0, 0.0, 4.0, 0.0, 0.0])
     feats = rng.uniform(1e3, 1e6, size=(90, len(FEATURE_NAMES)))
     groups = np.repeat(["a", "b", "c"], 30)
     factor = np.repeat([1.0, 3.0, 0.2], 30)
