@@ -1,5 +1,5 @@
 """Shared pieces of the one-thread kernel microbenchmarks (`hoisted_lanes.py`, `register_tiles.py`, `libm_calls.py`,
-and the C ones: `widened_vectors.py`, `serial_gathers.py`, `load_widths.py`)."""
+and the C ones: `widened_vectors.py`, `serial_gathers.py`, `load_widths.py`, `fma_chains.py`)."""
 
 from __future__ import annotations
 
