@@ -37,8 +37,10 @@ def named_file(text: str) -> tuple[str, str]:
 
 def cross_prices(task, files: dict[str, str], picks: dict) -> dict[str, dict[str, float]]:
     """Each file's price of each file's pick (seconds): file -> pick's file -> price."""
-    return {f: {name: float(StaticCostModel(task.target, coefficients=path).predict(task, [pick])[0])
-                for name, pick in picks.items()} for f, path in files.items()}
+    names = list(picks)
+    prices = {f: StaticCostModel(task.target, coefficients=path).predict(task, [picks[n] for n in names])
+              for f, path in files.items()}
+    return {f: {n: float(p) for n, p in zip(names, prices[f], strict=True)} for f in files}
 
 
 def ordered_as_timed(row: dict, file: str, a: str, b: str) -> str:
