@@ -224,7 +224,8 @@ class CPUFeatureExtractor:
             stack_accesses_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
             self._burst_store_lines(mod, tree),
             outside_shuffles_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
-            outside_cycles_per_fp_lane(program, counts, self.scheduler, float_only, skip_calls) * fp_ops / speedup,
+            outside_cycles_per_fp_lane(program, counts, self.scheduler, float_only, skip_calls,
+                                       self.kernel.asm_outside_path_cycles) * fp_ops / speedup,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)

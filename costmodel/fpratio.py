@@ -13,8 +13,9 @@ without trusting the absolute counts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from .asm import (
     SCALAR_FP,
@@ -58,34 +59,77 @@ def fp_lanes(instructions: Iterable, float_only: bool = False) -> float:
     return total
 
 
+class _Flow(NamedTuple):
+    """Control flow inside a unit: the position of its entry block and the edges between its blocks (positions in
+    the unit's block list), back edges to the entry left out, so that the edges form a DAG."""
+
+    start: int
+    edges: tuple[tuple[int, int], ...]
+
+
 def _units(program: AsmProgram, counts: InstructionCounts, skip_calls: bool = False
-           ) -> Iterator[tuple[list[Sequence], bool, int]]:
-    """(blocks' instructions, whole single-block loop body, executions) of each unit of the program: every innermost
-    loop as a whole, and every straight-line block outside one; with `skip_calls`, not those that call a libm
-    function (`KernelConfig.rate_skips_call_units`)."""
+           ) -> Iterator[tuple[list[Sequence], bool, int, _Flow]]:
+    """(blocks' instructions, whole single-block loop body, executions, control flow) of each unit of the program:
+    every innermost loop as a whole, and every straight-line block outside one; with `skip_calls`, not those that
+    call a libm function (`KernelConfig.rate_skips_call_units`)."""
     executions = {(b.function, b.block.start): b.executions for b in counts.blocks}
     for f in program.functions:
         in_leaf_loop: set[int] = set()
-        units: list[tuple[list[Sequence], bool, int]] = []
+        units: list[tuple[list[Sequence], bool, int, _Flow]] = []
         for lp in f.loops:
             if lp.children:
                 continue
             blocks = sorted(lp.blocks)
             in_leaf_loop.update(blocks)
+            header = f.block_index(lp.header)
+            at = {b: k for k, b in enumerate(blocks)}
+            edges = tuple((at[p], at[b]) for b in blocks if b != header for p in f._preds[b] if p in at)
             units.append(([f.blocks[b].instructions for b in blocks], len(blocks) == 1,
-                          executions.get((f.name, f.blocks[f.block_index(lp.header)].start), 0)))
-        units += [([b.instructions], False, executions.get((f.name, b.start), 0))
+                          executions.get((f.name, f.blocks[header].start), 0), _Flow(at[header], edges)))
+        units += [([b.instructions], False, executions.get((f.name, b.start), 0), _Flow(0, ()))
                   for k, b in enumerate(f.blocks) if k not in in_leaf_loop]
-        for blocks, single, n in units:
-            if not (skip_calls and any(_calls_libm(i) for insts in blocks for i in insts)):
-                yield blocks, single, n
+        for unit in units:
+            if not (skip_calls and any(_calls_libm(i) for insts in unit[0] for i in insts)):
+                yield unit
+
+
+def _dearest_path(costs: Sequence[float], flow: _Flow) -> list[int] | None:
+    """Positions of the blocks on the dearest path through a unit from its entry (`_Flow`), by the blocks' own
+    costs: one iteration of a loop with branches runs one path, not every block. None if the edges hold a cycle."""
+    succs: list[list[int]] = [[] for _ in costs]
+    indegree = [0] * len(costs)
+    for a, b in flow.edges:
+        succs[a].append(b)
+        indegree[b] += 1
+    best = [float("-inf")] * len(costs)
+    best[flow.start] = costs[flow.start]
+    came_from: list[int | None] = [None] * len(costs)
+    ready = [k for k in range(len(costs)) if indegree[k] == 0]
+    done = 0
+    while ready:
+        a = ready.pop()
+        done += 1
+        for b in succs[a]:
+            if best[a] + costs[b] > best[b]:
+                best[b], came_from[b] = best[a] + costs[b], a
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                ready.append(b)
+    if done < len(costs):
+        return None
+    end: int | None = max(range(len(costs)), key=best.__getitem__)
+    path = []
+    while end is not None:
+        path.append(end)
+        end = came_from[end]
+    return path[::-1]
 
 
 def _fp_units(program: AsmProgram, counts: InstructionCounts, float_only: bool = False, skip_calls: bool = False
               ) -> Iterator[tuple[list[Sequence], bool, int, float]]:
     """(blocks' instructions, whole single-block loop body, executions, FP lanes of one execution) of each unit
     (`_units`) doing FP work; `float_only`: see `fp_lanes`."""
-    for blocks, single, n in _units(program, counts, skip_calls):
+    for blocks, single, n, _ in _units(program, counts, skip_calls):
         lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
         if lanes > 0:
             yield blocks, single, n, lanes
@@ -132,30 +176,37 @@ def outside_shuffles_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
     """Execution-weighted shuffles and inserts of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code): what the FP rate does not see. LLVM builds a TVM vector of odd width lane by
     lane (a weight's 56-lane splat: 42 vinsertps and 3 wider inserts) before the loop that uses it."""
-    return _outside_per_fp_lane(program, counts, lambda blocks: sum(1 for insts in blocks for i in insts
-                                                                    if i.iclass == SHUFFLE), float_only, skip_calls)
+    return _outside_per_fp_lane(program, counts, lambda blocks, _: sum(1 for insts in blocks for i in insts
+                                                                       if i.iclass == SHUFFLE), float_only, skip_calls)
 
 
 def outside_cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
-                               float_only: bool = False, skip_calls: bool = False) -> float:
+                               float_only: bool = False, skip_calls: bool = False, path_cycles: bool = False) -> float:
     """Execution-weighted list-scheduled cycles of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code). LLVM gathers a strided operand in the block before the multiply-add loop that
     reuses it (a batched matmul's 8 gathers of 8 lanes for every 2 iterations of 64 multiply-adds), which the FP rate
-    does not see either."""
-    return _outside_per_fp_lane(program, counts, lambda blocks: sum(scheduler.block_cycles(insts) for insts in blocks),
-                                float_only, skip_calls)
+    does not see either. `path_cycles`: a loop with branches costs its dearest path per iteration, scheduled as one
+    sequence, not all its blocks one by one (`KernelConfig.asm_outside_path_cycles`)."""
+    def cost(blocks: list[Sequence], flow: _Flow) -> float:
+        cycles = [scheduler.block_cycles(insts) for insts in blocks]
+        path = _dearest_path(cycles, flow) if path_cycles and len(blocks) > 1 else None
+        if path is None:
+            return sum(cycles)
+        return scheduler.block_cycles([i for k in path for i in blocks[k]])
+    return _outside_per_fp_lane(program, counts, cost, float_only, skip_calls)
 
 
-def _outside_per_fp_lane(program: AsmProgram, counts: InstructionCounts, cost, float_only: bool,
-                         skip_calls: bool) -> float:
-    """Execution-weighted `cost` (of a unit's blocks) of the units without FP lanes, per FP lane of the others."""
+def _outside_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
+                         cost: Callable[[list[Sequence], _Flow], float], float_only: bool, skip_calls: bool) -> float:
+    """Execution-weighted `cost` (of a unit's blocks and flow) of the units without FP lanes, per FP lane of the
+    others."""
     outside = lanes = 0.0
-    for blocks, _, n in _units(program, counts, skip_calls):
+    for blocks, _, n, flow in _units(program, counts, skip_calls):
         unit_lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
         if unit_lanes > 0:
             lanes += n * unit_lanes
         elif n > 0:
-            outside += n * cost(blocks)
+            outside += n * cost(blocks, flow)
     return outside / lanes if lanes > 0 else 0.0
 
 

@@ -274,6 +274,10 @@ class KernelConfig:
     # The FP rate's steady state per loop iteration measured after as many copies as it measures over
     # (`SchedConfig.steady_state_slope`), so that a long multiply-add chain's slack is not counted as speed
     asm_steady_state_slope: bool = False
+    # The assembly's cycles outside the FP code (`fpratio.outside_cycles_per_fp_lane`) price an innermost loop with
+    # branches by its dearest path per iteration, not by all its blocks: a padded input's copy loop (depthwise_conv2d,
+    # 40 blocks, each iteration runs about 9 of them) was priced at 256 cycles an iteration, more than its kernel ran
+    asm_outside_path_cycles: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

@@ -79,6 +79,46 @@ def test_gathers_before_the_multiply_add_loop_are_cycles_outside_the_fp_code():
     assert outside[1] - outside[0] >= 16 / (4 * 32)
 
 
+def _guarded_copy_loop(elements: int) -> str:
+    """LOOPS_X86 with a second inner loop after the FP one that does no FP work: each iteration copies `elements`
+    inputs, each behind a guard that stores a zero instead (a padded input's copy, branches in place of selects)."""
+    body = ""
+    for e in range(elements):
+        body += (f"    cmpq    $56, %r{8 + e}\n    jae     .LBB0_{20 + 3 * e}\n.LBB0_{19 + 3 * e}:\n"
+                 f"    vmovss  {4 * e}(%r12,%r10,4), %xmm1\n    vmovss  %xmm1, {4 * e}(%r13,%r10,4)\n"
+                 f"    jmp     .LBB0_{21 + 3 * e}\n.LBB0_{20 + 3 * e}:\n    movl    $0, {4 * e}(%r13,%r10,4)\n"
+                 f".LBB0_{21 + 3 * e}:\n")
+    loop = f"    movq    $-64, %r10\n.LBB0_18:\n{body}    incq    %r10\n    jne     .LBB0_18\n"
+    return LOOPS_X86.replace("    vmovups %zmm0, (%rdi,%rax)\n", "    vmovups %zmm0, (%rdi,%rax)\n" + loop)
+
+
+def test_a_branchy_loop_outside_the_fp_code_costs_its_dearest_path():
+    """`path_cycles`: the copy loop's iteration runs one arm per guarded element, so it costs the header, the copying
+    arms and the latch scheduled as one sequence, less than every block scheduled alone and summed; a loop of one
+    block costs the same either way."""
+    from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
+
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
+    prog = asm.parse_asm(_guarded_copy_loop(3), "x86")
+    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    f = prog.functions[0]
+    copy = next(lp for lp in f.loops if not lp.children and not any(
+        i.iclass == asm.VEC_FMA for b in lp.blocks for i in f.blocks[b].instructions))
+    blocks = [f.blocks[b] for b in sorted(copy.blocks)]
+    assert len(blocks) == 1 + 3 * 3  # header, then per element: the copying arm, the zeroing arm, the join
+    runs = next(b.executions for b in counts.blocks if b.block.start == copy.header)
+    fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+    copying = [i for b in blocks if not any(i.text.startswith("movl") for i in b.instructions) for i in b.instructions]
+    whole, path = (outside_cycles_per_fp_lane(prog, counts, sched, path_cycles=p) for p in (False, True))
+    others = whole - runs * sum(sched.block_cycles(b.instructions) for b in blocks) / fp_runs
+    assert path == pytest.approx(others + runs * sched.block_cycles(copying) / fp_runs)
+    assert path < whole
+    plain = asm.parse_asm(LOOPS_X86, "x86")
+    plain_counts = asm.count_instructions(plain, asm.map_loops(plain, []))
+    assert (outside_cycles_per_fp_lane(plain, plain_counts, sched, path_cycles=True)
+            == outside_cycles_per_fp_lane(plain, plain_counts, sched))
+
+
 # Inner loop of three blocks: a guarded load (a padded input read in place), then the two FMAs on what was loaded.
 GUARDED_X86 = LOOPS_X86.replace(
     ".LBB0_2:\n    vmovups 256(%rsi,%rcx), %zmm1\n",
