@@ -224,11 +224,16 @@ class CPUFeatureExtractor:
             stack_accesses_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
             self._burst_store_lines(mod, tree),
             outside_shuffles_per_fp_lane(program, counts, float_only, skip_calls) * fp_ops / speedup,
-            outside_cycles_per_fp_lane(program, counts, self.scheduler, float_only, skip_calls,
-                                       self.kernel.asm_outside_path_cycles) * fp_ops / speedup,
+            self._outside_cycles(program, counts, float_only, skip_calls) * fp_ops / speedup,
         )
         return CPUFeatures(values=values, flops=_flops(tree), speedup=speedup,
                            fallbacks=counts.fallbacks + moved.stats.fallbacks)
+
+    def _outside_cycles(self, program, counts, float_only: bool, skip_calls: bool) -> float:
+        """`outside_cycles_per_fp_lane` under the kernel settings; a steady state needs the FP rate's scheduler."""
+        steady = self.kernel.asm_outside_steady and self.fma_scheduler is not None
+        return outside_cycles_per_fp_lane(program, counts, self.fma_scheduler if steady else self.scheduler, float_only,
+                                          skip_calls, self.kernel.asm_outside_path_cycles, steady)
 
     def _burst_store_lines(self, mod: tvm.IRModule, tree: LoopTree) -> float:
         """Output lines stored in bursts, for a network's kernel only (its weights marked): there the output lands in

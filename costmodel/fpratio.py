@@ -181,18 +181,21 @@ def outside_shuffles_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
 
 
 def outside_cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
-                               float_only: bool = False, skip_calls: bool = False, path_cycles: bool = False) -> float:
+                               float_only: bool = False, skip_calls: bool = False, path_cycles: bool = False,
+                               steady: bool = False) -> float:
     """Execution-weighted list-scheduled cycles of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code). LLVM gathers a strided operand in the block before the multiply-add loop that
     reuses it (a batched matmul's 8 gathers of 8 lanes for every 2 iterations of 64 multiply-adds), which the FP rate
     does not see either. `path_cycles`: a loop with branches costs its dearest path per iteration, scheduled as one
-    sequence, not all its blocks one by one (`KernelConfig.asm_outside_path_cycles`)."""
+    sequence, not all its blocks one by one (`KernelConfig.asm_outside_path_cycles`); `steady`: each block or path
+    costs what one more execution adds to executions back to back (a steady-state `scheduler`), since out of order
+    the core overlaps this code with what runs around it (`KernelConfig.asm_outside_steady`)."""
     def cost(blocks: list[Sequence], flow: _Flow) -> float:
-        cycles = [scheduler.block_cycles(insts) for insts in blocks]
+        cycles = [scheduler.block_cycles(insts, steady) for insts in blocks]
         path = _dearest_path(cycles, flow) if path_cycles and len(blocks) > 1 else None
         if path is None:
             return sum(cycles)
-        return scheduler.block_cycles([i for k in path for i in blocks[k]])
+        return scheduler.block_cycles([i for k in path for i in blocks[k]], steady)
     return _outside_per_fp_lane(program, counts, cost, float_only, skip_calls)
 
 

@@ -278,6 +278,11 @@ class KernelConfig:
     # branches by its dearest path per iteration, not by all its blocks: a padded input's copy loop (depthwise_conv2d,
     # 40 blocks, each iteration runs about 9 of them) was priced at 256 cycles an iteration, more than its kernel ran
     asm_outside_path_cycles: bool = False
+    # ... and price each of those blocks (or paths) by its steady state, what one more execution adds to executions
+    # back to back (`fpratio.outside_cycles_per_fp_lane`'s `steady`), not by one execution alone: out of order the
+    # core overlaps a pad's address arithmetic with the code around it; a long chain (a runtime alias check's mask
+    # of 8 pointer comparisons) still fills the scheduler and keeps most of its latency
+    asm_outside_steady: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

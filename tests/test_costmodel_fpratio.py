@@ -119,6 +119,30 @@ def test_a_branchy_loop_outside_the_fp_code_costs_its_dearest_path():
             == outside_cycles_per_fp_lane(plain, plain_counts, sched))
 
 
+def test_steady_outside_code_overlaps_unless_it_is_one_long_chain():
+    """`steady`: eight independent multiplies before the FP loop cost less per run of the outer block than alone,
+    where they wait on one multiply pipe and then their latency; eight multiplies chained through one register,
+    each run continuing the last run's chain, still cost their 8 x 3 cycles of latency a run."""
+    from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
+
+    spec = dt.spec_for("x86-avx512")
+    alone = ListScheduler.for_spec(spec)
+    steady = ListScheduler.for_spec(spec, SchedConfig(steady_state=True, steady_state_slope=True))
+    independent = "".join(f"    imulq   $3, %r{8 + k}, %r{8 + k}\n" for k in range(8))
+    chain = "    imulq   $3, %r11, %r11\n" * 8
+    cost = {}
+    for name, extra in (("base", ""), ("independent", independent), ("chain", chain)):
+        text = LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra)
+        prog = asm.parse_asm(text, "x86")
+        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+        runs = next(b.executions for b in counts.blocks if b.block.start == prog.functions[0].blocks[1].start)
+        fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+        cost[name] = {k: outside_cycles_per_fp_lane(prog, counts, sched, steady=k == "steady") * fp_runs / runs
+                      for k, sched in (("alone", alone), ("steady", steady))}
+    assert 8 <= cost["independent"]["steady"] < cost["independent"]["alone"]
+    assert cost["chain"]["steady"] >= 8 * 3
+
+
 # Inner loop of three blocks: a guarded load (a padded input read in place), then the two FMAs on what was loaded.
 GUARDED_X86 = LOOPS_X86.replace(
     ".LBB0_2:\n    vmovups 256(%rsi,%rcx), %zmm1\n",
