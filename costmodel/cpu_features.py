@@ -233,7 +233,8 @@ class CPUFeatureExtractor:
         """`outside_cycles_per_fp_lane` under the kernel settings; a steady state needs the FP rate's scheduler."""
         steady = self.kernel.asm_outside_steady and self.fma_scheduler is not None
         return outside_cycles_per_fp_lane(program, counts, self.fma_scheduler if steady else self.scheduler, float_only,
-                                          skip_calls, self.kernel.asm_outside_path_cycles, steady)
+                                          skip_calls, self.kernel.asm_outside_path_cycles, steady,
+                                          self.kernel.asm_outside_blocks_only)
 
     def _burst_store_lines(self, mod: tvm.IRModule, tree: LoopTree) -> float:
         """Output lines stored in bursts, for a network's kernel only (its weights marked): there the output lands in

@@ -176,21 +176,24 @@ def outside_shuffles_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
     """Execution-weighted shuffles and inserts of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code): what the FP rate does not see. LLVM builds a TVM vector of odd width lane by
     lane (a weight's 56-lane splat: 42 vinsertps and 3 wider inserts) before the loop that uses it."""
-    return _outside_per_fp_lane(program, counts, lambda blocks, _: sum(1 for insts in blocks for i in insts
-                                                                       if i.iclass == SHUFFLE), float_only, skip_calls)
+    return _outside_per_fp_lane(program, counts, lambda blocks, *_: sum(1 for insts in blocks for i in insts
+                                                                        if i.iclass == SHUFFLE), float_only, skip_calls)
 
 
 def outside_cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, scheduler: ListScheduler,
                                float_only: bool = False, skip_calls: bool = False, path_cycles: bool = False,
-                               steady: bool = False) -> float:
+                               steady: bool = False, blocks_only: bool = False) -> float:
     """Execution-weighted list-scheduled cycles of the units that do no FP work (`_units`), per FP lane operation of
     the FP units (0 without FP code). LLVM gathers a strided operand in the block before the multiply-add loop that
     reuses it (a batched matmul's 8 gathers of 8 lanes for every 2 iterations of 64 multiply-adds), which the FP rate
     does not see either. `path_cycles`: a loop with branches costs its dearest path per iteration, scheduled as one
     sequence, not all its blocks one by one (`KernelConfig.asm_outside_path_cycles`); `steady`: each block or path
     costs what one more execution adds to executions back to back (a steady-state `scheduler`), since out of order
-    the core overlaps this code with what runs around it (`KernelConfig.asm_outside_steady`)."""
-    def cost(blocks: list[Sequence], flow: _Flow) -> float:
+    the core overlaps this code with what runs around it (`KernelConfig.asm_outside_steady`); `blocks_only`: loops are
+    left out, only straight-line blocks count (`KernelConfig.asm_outside_blocks_only`)."""
+    def cost(blocks: list[Sequence], single: bool, flow: _Flow) -> float:
+        if blocks_only and (single or len(blocks) > 1):
+            return 0.0
         cycles = [scheduler.block_cycles(insts, steady) for insts in blocks]
         path = _dearest_path(cycles, flow) if path_cycles and len(blocks) > 1 else None
         if path is None:
@@ -200,16 +203,17 @@ def outside_cycles_per_fp_lane(program: AsmProgram, counts: InstructionCounts, s
 
 
 def _outside_per_fp_lane(program: AsmProgram, counts: InstructionCounts,
-                         cost: Callable[[list[Sequence], _Flow], float], float_only: bool, skip_calls: bool) -> float:
-    """Execution-weighted `cost` (of a unit's blocks and flow) of the units without FP lanes, per FP lane of the
-    others."""
+                         cost: Callable[[list[Sequence], bool, _Flow], float], float_only: bool, skip_calls: bool
+                         ) -> float:
+    """Execution-weighted `cost` (of a unit's blocks, whether it is a one-block loop, and its flow) of the units without
+    FP lanes, per FP lane of the others."""
     outside = lanes = 0.0
-    for blocks, _, n, flow in _units(program, counts, skip_calls):
+    for blocks, single, n, flow in _units(program, counts, skip_calls):
         unit_lanes = sum(fp_lanes(insts, float_only) for insts in blocks)
         if unit_lanes > 0:
             lanes += n * unit_lanes
         elif n > 0:
-            outside += n * cost(blocks, flow)
+            outside += n * cost(blocks, single, flow)
     return outside / lanes if lanes > 0 else 0.0
 
 

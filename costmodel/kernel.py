@@ -283,6 +283,10 @@ class KernelConfig:
     # core overlaps a pad's address arithmetic with the code around it; a long chain (a runtime alias check's mask
     # of 8 pointer comparisons) still fills the scheduler and keeps most of its latency
     asm_outside_steady: bool = False
+    # ... and count only the straight-line blocks, no loops: LLVM guards a padded copy it vectorized with a runtime
+    # alias check and keeps a scalar version of the copy loop behind it, which never runs when the pointers are apart
+    # but which the assembly's counts give every execution of the copy (depthwise_conv2d, session 100)
+    asm_outside_blocks_only: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

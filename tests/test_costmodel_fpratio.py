@@ -119,6 +119,31 @@ def test_a_branchy_loop_outside_the_fp_code_costs_its_dearest_path():
             == outside_cycles_per_fp_lane(plain, plain_counts, sched))
 
 
+def test_blocks_only_leaves_the_loops_outside_the_fp_code_out():
+    """`blocks_only`: the guarded copy loop (a scalar version that a runtime alias check may skip) no longer counts,
+    the straight-line blocks still do, and so do gathers hoisted before the FP loop."""
+    from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
+
+    sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"), SchedConfig(gather_lane_cycles=1.0))
+    prog = asm.parse_asm(_guarded_copy_loop(3), "x86")
+    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    f = prog.functions[0]
+    copy = next(lp for lp in f.loops if len(lp.blocks) > 1 and not lp.children)
+    runs = next(b.executions for b in counts.blocks if b.block.start == copy.header)
+    fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+    whole, blocks_only = (outside_cycles_per_fp_lane(prog, counts, sched, blocks_only=k) for k in (False, True))
+    loop = runs * sum(sched.block_cycles(f.blocks[b].instructions) for b in copy.blocks) / fp_runs
+    assert blocks_only == pytest.approx(whole - loop)
+    assert blocks_only > 0
+    gathers = "".join(f"    vgatherdps (%r8,%zmm30,4), %zmm{20 + g} {{%k1}}\n" for g in range(4))
+    plain, gathered = (asm.parse_asm(LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n",
+                                                       "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra), "x86")
+                       for extra in ("", gathers))
+    costs = [outside_cycles_per_fp_lane(p, asm.count_instructions(p, asm.map_loops(p, [])), sched, blocks_only=True)
+             for p in (plain, gathered)]
+    assert costs[1] - costs[0] >= 16 / (4 * 32)
+
+
 def test_steady_outside_code_overlaps_unless_it_is_one_long_chain():
     """`steady`: eight independent multiplies before the FP loop cost less per run of the outer block than alone,
     where they wait on one multiply pipe and then their latency; eight multiplies chained through one register,
