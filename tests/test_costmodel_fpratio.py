@@ -42,6 +42,22 @@ main_compute_:
 """
 
 
+
+def _before_fp_loop(extra: str) -> str:
+    """LOOPS_X86 with `extra` in the outer loop's block, before the inner FP loop."""
+    return LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra)
+
+
+def _analyzed(text: str) -> tuple[asm.AsmProgram, asm.InstructionCounts]:
+    """The parsed x86 program and its execution counts (no IR loops to map)."""
+    prog = asm.parse_asm(text, "x86")
+    return prog, asm.count_instructions(prog, asm.map_loops(prog, []))
+
+
+def _fp_lane_runs(counts: asm.InstructionCounts) -> float:
+    """FP lane operations the program executes, by its counts."""
+    return sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+
 def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
     sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
     rates = []
@@ -66,11 +82,9 @@ def test_gathers_before_the_multiply_add_loop_are_cycles_outside_the_fp_code():
 
     sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"), SchedConfig(gather_lane_cycles=1.0))
     gathers = "".join(f"    vgatherdps (%r8,%zmm30,4), %zmm{20 + g} {{%k1}}\n" for g in range(4))
-    with_gathers = LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + gathers)
     rates, outside = [], []
-    for text in (LOOPS_X86, with_gathers):
-        prog = asm.parse_asm(text, "x86")
-        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    for text in (LOOPS_X86, _before_fp_loop(gathers)):
+        prog, counts = _analyzed(text)
         rates.append(cycles_per_fp_lane(prog, counts, sched))
         outside.append(outside_cycles_per_fp_lane(prog, counts, sched))
     assert rates[0] == rates[1]
@@ -99,22 +113,20 @@ def test_a_branchy_loop_outside_the_fp_code_costs_its_dearest_path():
     from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
 
     sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
-    prog = asm.parse_asm(_guarded_copy_loop(3), "x86")
-    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    prog, counts = _analyzed(_guarded_copy_loop(3))
     f = prog.functions[0]
     copy = next(lp for lp in f.loops if not lp.children and not any(
         i.iclass == asm.VEC_FMA for b in lp.blocks for i in f.blocks[b].instructions))
     blocks = [f.blocks[b] for b in sorted(copy.blocks)]
     assert len(blocks) == 1 + 3 * 3  # header, then per element: the copying arm, the zeroing arm, the join
     runs = next(b.executions for b in counts.blocks if b.block.start == copy.header)
-    fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+    fp_runs = _fp_lane_runs(counts)
     copying = [i for b in blocks if not any(i.text.startswith("movl") for i in b.instructions) for i in b.instructions]
     whole, path = (outside_cycles_per_fp_lane(prog, counts, sched, path_cycles=p) for p in (False, True))
     others = whole - runs * sum(sched.block_cycles(b.instructions) for b in blocks) / fp_runs
     assert path == pytest.approx(others + runs * sched.block_cycles(copying) / fp_runs)
     assert path < whole
-    plain = asm.parse_asm(LOOPS_X86, "x86")
-    plain_counts = asm.count_instructions(plain, asm.map_loops(plain, []))
+    plain, plain_counts = _analyzed(LOOPS_X86)
     assert (outside_cycles_per_fp_lane(plain, plain_counts, sched, path_cycles=True)
             == outside_cycles_per_fp_lane(plain, plain_counts, sched))
 
@@ -125,22 +137,18 @@ def test_blocks_only_leaves_the_loops_outside_the_fp_code_out():
     from drytune.costmodel.fpratio import outside_cycles_per_fp_lane
 
     sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"), SchedConfig(gather_lane_cycles=1.0))
-    prog = asm.parse_asm(_guarded_copy_loop(3), "x86")
-    counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+    prog, counts = _analyzed(_guarded_copy_loop(3))
     f = prog.functions[0]
     copy = next(lp for lp in f.loops if len(lp.blocks) > 1 and not lp.children)
     runs = next(b.executions for b in counts.blocks if b.block.start == copy.header)
-    fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+    fp_runs = _fp_lane_runs(counts)
     whole, blocks_only = (outside_cycles_per_fp_lane(prog, counts, sched, blocks_only=k) for k in (False, True))
     loop = runs * sum(sched.block_cycles(f.blocks[b].instructions) for b in copy.blocks) / fp_runs
     assert blocks_only == pytest.approx(whole - loop)
     assert blocks_only > 0
     gathers = "".join(f"    vgatherdps (%r8,%zmm30,4), %zmm{20 + g} {{%k1}}\n" for g in range(4))
-    plain, gathered = (asm.parse_asm(LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n",
-                                                       "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra), "x86")
-                       for extra in ("", gathers))
-    costs = [outside_cycles_per_fp_lane(p, asm.count_instructions(p, asm.map_loops(p, [])), sched, blocks_only=True)
-             for p in (plain, gathered)]
+    costs = [outside_cycles_per_fp_lane(*_analyzed(_before_fp_loop(extra)), sched, blocks_only=True)
+             for extra in ("", gathers)]
     assert costs[1] - costs[0] >= 16 / (4 * 32)
 
 
@@ -157,11 +165,9 @@ def test_steady_outside_code_overlaps_unless_it_is_one_long_chain():
     chain = "    imulq   $3, %r11, %r11\n" * 8
     cost = {}
     for name, extra in (("base", ""), ("independent", independent), ("chain", chain)):
-        text = LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra)
-        prog = asm.parse_asm(text, "x86")
-        counts = asm.count_instructions(prog, asm.map_loops(prog, []))
+        prog, counts = _analyzed(_before_fp_loop(extra))
         runs = next(b.executions for b in counts.blocks if b.block.start == prog.functions[0].blocks[1].start)
-        fp_runs = sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+        fp_runs = _fp_lane_runs(counts)
         cost[name] = {k: outside_cycles_per_fp_lane(prog, counts, sched, steady=k == "steady") * fp_runs / runs
                       for k, sched in (("alone", alone), ("steady", steady))}
     assert 8 <= cost["independent"]["steady"] < cost["independent"]["alone"]
