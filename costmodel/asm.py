@@ -1397,6 +1397,7 @@ def _rare_blocks(f: AsmFunction) -> dict[int, list[_Adjust]]:
 
 
 _UNSIGNED_SETCC = frozenset({"setb", "seta", "setbe", "setae", "setc", "setnc", "setnae", "setnbe"})
+_STRICT_SETCC = frozenset({"setb", "seta", "setc", "setnae", "setnbe"})  # (start below the other's end: overlap)
 
 
 def _bit_location(op: str) -> str | None:
@@ -1407,52 +1408,124 @@ def _bit_location(op: str) -> str | None:
     return op.strip() if parsed.kind == "mem" and "%rsp" in op else None
 
 
-def _alias_check_branches(f: AsmFunction) -> dict[int, set[int]]:
-    """Conditional branches taken when a runtime overlap test of address ranges finds a conflict: target block ->
-    the blocks ending in such a branch. A test is `jne` after `test`/`and`/`or` of bytes that all hold unsigned
-    comparisons of two 64-bit values (`cmpq` then `setb`...), followed through registers and stack slots."""
-    pointer_bits: set[str] = set()  # registers and stack slots holding such a comparison (or an and/or of them)
+def _alias_check_branches(f: AsmFunction, more_shapes: bool = False) -> dict[int, set[int]]:
+    """Branches to the side a runtime overlap test of address ranges takes on a conflict: that side's block -> the
+    blocks ending in such a branch. A test is `jne` after `test`/`and`/`or` of bytes that all hold unsigned
+    comparisons of two 64-bit values (`cmpq` then `setb`...), followed through registers and stack slots. With
+    `more_shapes` (`MapConfig.more_alias_checks`) the comparisons' sense is followed: strict ones (`setb`, `seta`)
+    find an overlap, so their `jne` takes the conflict and their `je` falls into it; non-strict ones (`setae`, then
+    `orb`) find the ranges apart, the other way round. Also a pointer distance against the vector's bytes: `subq` of
+    two registers, then `cmpq $64` and `jb` (conflict taken) or `cmpq $63` and `ja` (conflict falls through)."""
+    pointer_bits: dict[str, bool] = {}  # registers and stack slots holding such comparisons -> do they find overlap?
+    distances: set[str] = set()  # registers and stack slots holding a difference of two 64-bit registers
     flags_compare = flags_checked = False  # flags from a 64-bit compare / from an and, or, test of pointer bits
+    checked_overlap = True  # the sense of the pointer bits tested last
+    distance_flags: int | None = None  # the constant a pointer distance was just compared with
     out: dict[int, set[int]] = {}
     for pos, inst in enumerate(f.instructions):
         mn, ops = inst.mnemonic, inst.operands
+        if more_shapes and (inst.writes - {FLAGS} or inst.mem_write):
+            _follow_distance(inst, distances)
         if pointer_bits or (flags_compare and mn in _UNSIGNED_SETCC):  # else nothing to follow (most instructions)
             base = _x86_base_mnemonic(mn)
             writes_dest = inst.writes - {FLAGS} or inst.mem_write or mn.startswith("set")  # (a setcc to memory too)
             written = _bit_location(ops[-1]) if ops and writes_dest else None
             if mn in _UNSIGNED_SETCC and written is not None:
-                (pointer_bits.add if flags_compare else pointer_bits.discard)(written)
+                if flags_compare:
+                    pointer_bits[written] = mn in _STRICT_SETCC or not more_shapes
+                else:
+                    pointer_bits.pop(written, None)
             elif base in ("and", "or", "test") and len(ops) == 2:
-                both = all(_bit_location(op) in pointer_bits for op in ops)
+                senses = {pointer_bits.get(_bit_location(op)) for op in ops}
+                both = None not in senses and (len(senses) == 1 or not more_shapes)
                 if base != "test" and written is not None:
-                    (pointer_bits.add if both else pointer_bits.discard)(written)
-                flags_checked, flags_compare = both, False
+                    if both:
+                        pointer_bits[written] = senses.pop()
+                    else:
+                        pointer_bits.pop(written, None)
+                elif both:
+                    checked_overlap = senses.pop()
+                flags_checked, flags_compare, distance_flags = both, False, None
                 continue
             elif mn.startswith("mov") and len(ops) == 2 and written is not None and inst.iclass not in VECTOR_CLASSES:
-                (pointer_bits.add if _bit_location(ops[0]) in pointer_bits else pointer_bits.discard)(written)
+                source = pointer_bits.get(_bit_location(ops[0]))
+                if source is not None:
+                    pointer_bits[written] = source
+                else:
+                    pointer_bits.pop(written, None)
             elif written is not None:
-                pointer_bits.discard(written)
+                pointer_bits.pop(written, None)
             for reg in inst.writes - {FLAGS}:
                 if reg != written:
-                    pointer_bits.discard(reg)
+                    pointer_bits.pop(reg, None)
         if FLAGS in inst.writes:
             flags_compare = mn == "cmpq" and not any(op.startswith("$") for op in ops)
             flags_checked = False
-        if inst.is_branch and mn in ("jne", "jnz") and flags_checked and inst.target in f.labels:
-            out.setdefault(f.block_index(f.labels[inst.target]), set()).add(f.block_index(pos))
+            distance_flags = _distance_compare(inst, distances) if more_shapes else None
+        if not (inst.is_branch and inst.target in f.labels):
+            continue
+        taken, fall = f.block_index(f.labels[inst.target]), f.block_index(pos) + 1
+        conflict = None
+        if mn in ("jne", "jnz") and flags_checked:
+            conflict = taken if checked_overlap else fall
+        elif more_shapes and mn in ("je", "jz") and flags_checked:
+            conflict = fall if checked_overlap else taken
+        elif distance_flags is not None and (mn, distance_flags & 1) in _DISTANCE_BRANCHES:
+            conflict = taken if _DISTANCE_BRANCHES[mn, distance_flags & 1] else fall
+        if conflict is not None and conflict < len(f.blocks):
+            out.setdefault(conflict, set()).add(f.block_index(pos))
     return out
 
 
-def _alias_check_fallbacks(f: AsmFunction) -> frozenset[int]:
+# (branch, the compared constant odd) of a pointer distance test -> is the conflict (distance below the vector's
+# bytes) the taken side? `cmpq $64; jb` and `cmpq $63; jbe` take it; `cmpq $64; jae` and `cmpq $63; ja` fall into it
+_DISTANCE_BRANCHES = {("jb", 0): True, ("jnae", 0): True, ("jc", 0): True, ("jbe", 1): True, ("jna", 1): True,
+                      ("jae", 0): False, ("jnb", 0): False, ("jnc", 0): False, ("ja", 1): False, ("jnbe", 1): False}
+
+
+def _follow_distance(inst: Instruction, distances: set[str]) -> None:
+    """Update the registers and stack slots that hold a pointer distance after `inst`: a difference of two 64-bit
+    registers (`subq`), and such a distance plus or minus offsets (`addq`, `subq`, `leaq` with it as base or index,
+    `movq` through stack slots), as LLVM offsets one distance for each copy it checks."""
+    mn, ops = inst.mnemonic, inst.operands
+    written = _bit_location(ops[-1]) if ops else None
+    if mn == "leaq" and len(ops) == 2:
+        derived = any(r in distances for r in _x86_operand(ops[0]).addr_regs)
+    elif mn in ("addq", "subq") and len(ops) == 2:
+        derived = any(_bit_location(op) in distances for op in ops) or (
+            mn == "subq" and all(_x86_operand(op).kind == "reg" for op in ops))
+    else:
+        derived = mn == "movq" and len(ops) == 2 and _bit_location(ops[0]) in distances
+    for reg in inst.writes - {FLAGS}:
+        distances.discard(reg)
+    if written is not None:
+        (distances.add if derived else distances.discard)(written)
+
+
+def _distance_compare(inst: Instruction, distances: set[str]) -> int | None:
+    """The constant of `cmpq $C, distance` when C or C + 1 is a vector's bytes (16 to 512), else None."""
+    ops = inst.operands
+    if inst.mnemonic != "cmpq" or len(ops) != 2 or not ops[0].startswith("$") or _bit_location(ops[1]) not in distances:
+        return None
+    value = _parse_int(ops[0][1:])
+    if value is None:
+        return None
+    bytes_ = value + (value & 1)
+    return value if 16 <= bytes_ <= 512 and bytes_ & (bytes_ - 1) == 0 else None
+
+
+def _alias_check_fallbacks(f: AsmFunction, more_shapes: bool = False) -> frozenset[int]:
     """Blocks that run only when a runtime alias check fails: LLVM's loop vectorizer guards its vector loop with
     overlap tests of the address ranges it reads and writes when it cannot prove that buffers are distinct (TVM's
     intermediate buffers), and branches to a scalar copy of the loop on a conflict. TVM's buffers never overlap, so
-    the copy never runs (x86 only)."""
+    the copy never runs (x86 only). `more_shapes`: see `_alias_check_branches`; the conflict side may then also be
+    the header of the scalar loop itself (its back edges are not entries)."""
     if f.arch != "x86":
         return frozenset()
     dead: set[int] = set()
-    for target, sources in _alias_check_branches(f).items():
-        if set(f._preds[target]) <= sources:
+    for target, sources in _alias_check_branches(f, more_shapes).items():
+        entries = {p for p in f._preds[target] if not (more_shapes and f._dom[p] >> target & 1)}
+        if entries <= sources:
             dead.update(kk for kk in range(len(f.blocks)) if f._dom[kk] >> target & 1)
     return frozenset(dead)
 
@@ -1646,6 +1719,8 @@ class MapConfig:
     """Knobs of the loop matcher."""
 
     max_unroll: int = 64  # largest LLVM unroll factor accepted when an IR extent is a multiple of the trip
+    # runtime alias checks of more shapes leave their scalar versions out of the counts (`_alias_check_branches`)
+    more_alias_checks: bool = False
     default_trip: int = 1  # trip used for a loop with no recoverable bounds and no IR loop (counted fallback)
 
 
@@ -1884,10 +1959,12 @@ class InstructionCounts:
         return self.by_class_width.get((iclass, width), 0)
 
 
-def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) -> InstructionCounts:
+def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None,
+                       config: MapConfig | None = None) -> InstructionCounts:
     """Count executed instructions: each block weighted by the trips of its enclosing loops (across the
     call tree) times the invocations of its function. Functions never referenced from an exported function
-    (e.g. unused fp16 helpers) count zero."""
+    (e.g. unused fp16 helpers) count zero, and so do the scalar versions behind runtime alias checks."""
+    more_alias_checks = (config or MapConfig()).more_alias_checks
     if mapping is None:
         mapping = map_loops(program, [])
     _, context, visited = _reachable_order(program)
@@ -1916,7 +1993,7 @@ def count_instructions(program: AsmProgram, mapping: LoopMapping | None = None) 
     for fname in visited:
         f = program.function(fname)
         rare = _rare_blocks(f)
-        never = _alias_check_fallbacks(f)
+        never = _alias_check_fallbacks(f, more_alias_checks)
         for k, b in enumerate(f.blocks):
             inner = f.innermost_loop(b.start)
             n = factor(fname, inner) if inner is not None else _ctx_factor(fname)
@@ -1957,7 +2034,7 @@ def analyze_asm(text: str, arch: str, ir_loops: Sequence[IRLoopLike] = (),
     try:
         prog = parse_asm(text, arch)
         mapping = map_loops(prog, ir_loops, config)
-        return prog, mapping, count_instructions(prog, mapping)
+        return prog, mapping, count_instructions(prog, mapping, config)
     except AsmParseError:
         raise
     except (ValueError, IndexError, KeyError, AttributeError, TypeError, RecursionError) as e:

@@ -19,7 +19,7 @@ import tvm
 
 from ..prepack import constant_weight_params
 from ..target import HardwareSpec
-from .asm import AsmParseError, analyze_asm
+from .asm import AsmParseError, MapConfig, analyze_asm
 from .burststore import burst_store_lines, output_params
 from .datamove import DataMoveConfig, FootprintCounter, core_footprint_lines, data_movement, default_counter
 from .fpratio import (
@@ -179,7 +179,8 @@ class CPUFeatureExtractor:
         """Features of a scheduled module; raises AsmParseError or a TVM error when it cannot be analysed."""
         tree = LoopTree.from_mod(mod)
         text = asm if asm is not None else self.assembly(mod)
-        program, mapping, counts = analyze_asm(text, self.arch, tree.preorder())
+        program, mapping, counts = analyze_asm(text, self.arch, tree.preorder(),
+                                               MapConfig(more_alias_checks=self.kernel.asm_more_alias_checks))
         float_only = self.kernel.float_lanes_only
         if self.kernel.repair_chunk_steps:
             counts = repair_chunk_counts(program, mapping, counts, tree, self.kernel, float_only)

@@ -287,6 +287,11 @@ class KernelConfig:
     # alias check and keeps a scalar version of the copy loop behind it, which never runs when the pointers are apart
     # but which the assembly's counts give every execution of the copy (depthwise_conv2d, session 100)
     asm_outside_blocks_only: bool = False
+    # The assembly's counts leave out the scalar versions behind runtime alias checks of more shapes
+    # (`MapConfig.more_alias_checks`): a pointer distance against the vector's bytes (`subq`, `cmpq $64`, `jb`) and
+    # an overlap test whose conflict falls through (`je`). A padded copy's scalar version (depthwise_conv2d, 8 guarded
+    # elements an iteration) was given every execution of the copy and priced 0.5 M of a kernel that ran 0.3 M cycles
+    asm_more_alias_checks: bool = False
     # The assembly's FP rate (`fpratio.cycles_per_fp_lane`) schedules an innermost loop of several basic blocks (guards
     # that LLVM turned into branches, e.g. a padded input read in place) as one sequence, so that its blocks overlap as
     # they do out of order. False: each block alone, the sums of their latencies added. MetaSchedule's MobileNet-V2

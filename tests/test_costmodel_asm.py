@@ -4,7 +4,7 @@ on hand-written snippets (counts checked by hand) and on real TVM builds for x86
 import pytest
 import tvm
 import tvm_ffi
-from tir_programs import depthwise_window_at_channels
+from tir_programs import depthwise_window_at_channels, padded_rows_at_channels
 from tvm import s_tir, te, tirx
 
 from drytune import workloads
@@ -390,3 +390,64 @@ def test_scalar_copy_behind_a_runtime_alias_check_never_runs():
     assert scalar_fma == 0
     lanes = sum(n * w // 32 for (c, w), n in counts.by_class_width.items() if c == asm.VEC_FMA)
     assert lanes == 14 * 14 * 48 * 9
+
+
+def test_scalar_copy_behind_a_pointer_distance_check_never_runs():
+    """LLVM vectorizes a padded row copy into an intermediate and tests the distance between the two pointers
+    (`subq`, offsets added, `cmpq $64` then `jb`; `cmpq $63` then `ja` before the scalar loop itself): closer than a
+    vector, a scalar copy unrolled by 8 runs instead. With `MapConfig.more_alias_checks` that copy counts zero and only
+    the two columns past the vector part of each of the 6 x 10 copied rows are stored one by one."""
+    sch = padded_rows_at_channels(6, 10)
+    text = _build_asm(sch, "x86-avx512")
+
+    def scalar_stores(more: bool) -> int:
+        _, _, counts = asm.analyze_asm(text, "x86", ir_loops(sch.mod), asm.MapConfig(more_alias_checks=more))
+        return sum(b.executions for b in counts.blocks for i in b.block.instructions
+                   if i.mnemonic == "vmovss" and i.mem_write)
+
+    assert scalar_stores(False) > 6 * 10 * 56
+    assert scalar_stores(True) == 6 * 10 * 2
+
+
+_APART_TEST = """
+	.text
+	.globl	copy
+	.type	copy,@function
+copy:
+	leaq	64(%rsi), %rdx
+	cmpq	%rdx, %rdi
+	setae	%r8b
+	leaq	64(%rdi), %rdx
+	cmpq	%rdx, %rsi
+	setae	%r9b
+	orb	%r9b, %r8b
+	testb	%r8b, %r8b
+	je	.LBB0_2
+	vmovups	(%rsi), %zmm0
+	vmovups	%zmm0, (%rdi)
+	retq
+.LBB0_2:
+	xorl	%ecx, %ecx
+.LBB0_3:
+	movl	(%rsi,%rcx,4), %eax
+	movl	%eax, (%rdi,%rcx,4)
+	incq	%rcx
+	cmpq	$16, %rcx
+	jne	.LBB0_3
+	retq
+"""
+
+
+def test_ranges_found_apart_take_the_vector_copy():
+    """`setae` twice and `orb`: the two 64-byte ranges lie apart, so `je` after testing that bit jumps to the scalar
+    copy on a conflict. With `more_alias_checks` the scalar loop (and the block entering it) is the dead side, the
+    vector copy is not; the original rule (strict comparisons and `jne` only) leaves this test alone."""
+    f = asm.parse_asm(_APART_TEST, "x86").function("copy")
+    scalar = {".LBB0_2", ".LBB0_3", "copy+18"}  # (the return after the scalar loop)
+    assert {f.blocks[k].label for k in asm._alias_check_fallbacks(f, more_shapes=True)} == scalar
+    assert not asm._alias_check_fallbacks(f)
+    # strict comparisons (`setb`, `andb`) find an overlap: `jne` then takes the conflict, under either rule
+    overlap = _APART_TEST.replace("setae", "setb").replace("orb", "andb").replace("je\t", "jne\t")
+    g = asm.parse_asm(overlap, "x86").function("copy")
+    assert {g.blocks[k].label for k in asm._alias_check_fallbacks(g)} == scalar
+    assert {g.blocks[k].label for k in asm._alias_check_fallbacks(g, more_shapes=True)} == scalar

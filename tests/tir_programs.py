@@ -79,6 +79,22 @@ def depthwise_window_at_channels(channels: int, stride: int = 1, unroll_step: in
     return sch
 
 
+def padded_rows_at_channels(channels: int = 6, rows: int = 10) -> s_tir.Schedule:
+    """A zero-padded copy of `rows` x 56 rows (to 58 columns) computed at a parallel channel loop and vectorized, then
+    read by a vectorized stencil: TVM leaves the guarded row copy a serial loop that LLVM vectorizes itself."""
+    X = te.placeholder((channels, rows, 56), "float32", name="X")
+    P = te.compute((channels, rows + 2, 58), lambda c, h, w: tirx.if_then_else(
+        tirx.all(h >= 1, h <= rows, w >= 1, w <= 56), X[c, h - 1, w - 1], tirx.const(0.0, "float32")), name="P")
+    D = te.compute((channels, rows, 56), lambda c, y, x: P[c, y, x] + P[c, y + 2, x + 2] * P[c, y + 1, x + 1], name="D")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, D])}))
+    c, _, x = sch.get_loops(sch.get_sblock("D"))
+    sch.parallel(c)
+    sch.vectorize(x)
+    sch.compute_at(sch.get_sblock("P"), c)
+    sch.vectorize(sch.get_loops(sch.get_sblock("P"))[-1])
+    return sch
+
+
 def matmul_schedule(M: int = 8, N: int = 64, K: int = 64, b_transposed: bool = False) -> s_tir.Schedule:
     """C = A B (or A B^T, B stored N x K) as a schedule to transform."""
     A = te.placeholder((M, K), "float32", name="A")
