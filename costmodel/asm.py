@@ -1417,15 +1417,13 @@ def _alias_check_branches(f: AsmFunction, more_shapes: bool = False) -> dict[int
     `orb`) find the ranges apart, the other way round. Also a pointer distance against the vector's bytes: `subq` of
     two registers, then `cmpq $64` and `jb` (conflict taken) or `cmpq $63` and `ja` (conflict falls through)."""
     pointer_bits: dict[str, bool] = {}  # registers and stack slots holding such comparisons -> do they find overlap?
-    distances: set[str] = set()  # registers and stack slots holding a difference of two 64-bit registers
     flags_compare = flags_checked = False  # flags from a 64-bit compare / from an and, or, test of pointer bits
     checked_overlap = True  # the sense of the pointer bits tested last
     distance_flags: int | None = None  # the constant a pointer distance was just compared with
+    memo: dict[tuple[int, str], bool] = {}
     out: dict[int, set[int]] = {}
     for pos, inst in enumerate(f.instructions):
         mn, ops = inst.mnemonic, inst.operands
-        if more_shapes and (inst.writes - {FLAGS} or inst.mem_write):
-            _follow_distance(inst, distances)
         if pointer_bits or (flags_compare and mn in _UNSIGNED_SETCC):  # else nothing to follow (most instructions)
             base = _x86_base_mnemonic(mn)
             writes_dest = inst.writes - {FLAGS} or inst.mem_write or mn.startswith("set")  # (a setcc to memory too)
@@ -1461,7 +1459,7 @@ def _alias_check_branches(f: AsmFunction, more_shapes: bool = False) -> dict[int
         if FLAGS in inst.writes:
             flags_compare = mn == "cmpq" and not any(op.startswith("$") for op in ops)
             flags_checked = False
-            distance_flags = _distance_compare(inst, distances) if more_shapes else None
+            distance_flags = _distance_compare(f, pos, memo) if more_shapes else None
         if not (inst.is_branch and inst.target in f.labels):
             continue
         taken, fall = f.block_index(f.labels[inst.target]), f.block_index(pos) + 1
@@ -1472,6 +1470,9 @@ def _alias_check_branches(f: AsmFunction, more_shapes: bool = False) -> dict[int
             conflict = fall if checked_overlap else taken
         elif distance_flags is not None and (mn, distance_flags & 1) in _DISTANCE_BRANCHES:
             conflict = taken if _DISTANCE_BRANCHES[mn, distance_flags & 1] else fall
+            source = f.block_index(pos)
+            if conflict >= len(f.blocks) or not f._block_loops[source] <= f._block_loops[conflict]:
+                conflict = None  # a loop's exit (a count down to a vector's bytes), not a scalar version
         if conflict is not None and conflict < len(f.blocks):
             out.setdefault(conflict, set()).add(f.block_index(pos))
     return out
@@ -1483,35 +1484,88 @@ _DISTANCE_BRANCHES = {("jb", 0): True, ("jnae", 0): True, ("jc", 0): True, ("jbe
                       ("jae", 0): False, ("jnb", 0): False, ("jnc", 0): False, ("ja", 1): False, ("jnbe", 1): False}
 
 
-def _follow_distance(inst: Instruction, distances: set[str]) -> None:
-    """Update the registers and stack slots that hold a pointer distance after `inst`: a difference of two 64-bit
-    registers (`subq`), and such a distance plus or minus offsets (`addq`, `subq`, `leaq` with it as base or index,
-    `movq` through stack slots), as LLVM offsets one distance for each copy it checks."""
+def _writes_location(inst: Instruction, loc: str) -> bool:
+    """Does `inst` write `loc`, a register's canonical name or a stack slot's text (`_bit_location`)?"""
+    if "(" in loc:
+        return inst.mem_write and bool(inst.operands) and inst.operands[-1].strip() == loc
+    return loc in inst.writes
+
+
+def _reaching_writes(f: AsmFunction, pos: int, loc: str) -> list[int] | None:
+    """Positions of the writes of `loc` that reach instruction `pos` along the control flow (the last one above it in
+    its block, else the last one of each path back through the predecessors); None where a path reaches the function's
+    entry without one (an argument)."""
+    k = f.block_index(pos)
+    for i in range(pos - 1, f.blocks[k].start - 1, -1):
+        if _writes_location(f.instructions[i], loc):
+            return [i]
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = list(f._preds[k])
+    if not stack:
+        return None
+    while stack:
+        b = stack.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        blk = f.blocks[b]
+        for i in range(blk.end - 1, blk.start - 1, -1):
+            if _writes_location(f.instructions[i], loc):
+                found.add(i)
+                break
+        else:
+            if not f._preds[b]:
+                return None
+            stack.extend(f._preds[b])
+    return sorted(found)
+
+
+def _holds_distance(f: AsmFunction, pos: int, loc: str, memo: dict[tuple[int, str], bool], depth: int = 0) -> bool:
+    """Does `loc` hold a pointer distance on entry to instruction `pos`, whichever path led there: a difference of two
+    64-bit registers (`subq`), or such a distance plus or minus offsets (`addq`, `subq`, `leaq` with it as base or
+    index, `movq` through stack slots), as LLVM offsets one distance for each copy it checks, and rotates distances
+    through registers around a loop (a cycle back to this value adds nothing against it)."""
+    key = (pos, loc)
+    if key not in memo:
+        memo[key] = True
+        writes = _reaching_writes(f, pos, loc) if depth < 8 else None
+        memo[key] = bool(writes) and all(_writes_distance(f, w, memo, depth + 1) for w in writes)
+    return memo[key]
+
+
+def _writes_distance(f: AsmFunction, w: int, memo: dict[tuple[int, str], bool], depth: int) -> bool:
+    """Does instruction `w` write a pointer distance (`_holds_distance`)?"""
+    inst = f.instructions[w]
     mn, ops = inst.mnemonic, inst.operands
-    written = _bit_location(ops[-1]) if ops else None
-    if mn == "leaq" and len(ops) == 2:
-        derived = any(r in distances for r in _x86_operand(ops[0]).addr_regs)
-    elif mn in ("addq", "subq") and len(ops) == 2:
-        derived = any(_bit_location(op) in distances for op in ops) or (
-            mn == "subq" and all(_x86_operand(op).kind == "reg" for op in ops))
+    if len(ops) != 2:
+        return False
+    if mn == "subq" and all(_x86_operand(op).kind == "reg" for op in ops):
+        return True
+    if mn in ("addq", "subq"):
+        sources = [_bit_location(op) for op in ops]
+    elif mn == "leaq":
+        sources = list(_x86_operand(ops[0]).addr_regs)
+    elif mn == "movq":
+        sources = [_bit_location(ops[0])]
     else:
-        derived = mn == "movq" and len(ops) == 2 and _bit_location(ops[0]) in distances
-    for reg in inst.writes - {FLAGS}:
-        distances.discard(reg)
-    if written is not None:
-        (distances.add if derived else distances.discard)(written)
+        return False
+    return any(loc is not None and _holds_distance(f, w, loc, memo, depth) for loc in sources)
 
 
-def _distance_compare(inst: Instruction, distances: set[str]) -> int | None:
-    """The constant of `cmpq $C, distance` when C or C + 1 is a vector's bytes (16 to 512), else None."""
-    ops = inst.operands
-    if inst.mnemonic != "cmpq" or len(ops) != 2 or not ops[0].startswith("$") or _bit_location(ops[1]) not in distances:
+def _distance_compare(f: AsmFunction, pos: int, memo: dict[tuple[int, str], bool]) -> int | None:
+    """The constant of `cmpq $C, distance` at `pos` when C or C + 1 is a vector's bytes (16 to 512), else None."""
+    ops = f.instructions[pos].operands
+    if f.instructions[pos].mnemonic != "cmpq" or len(ops) != 2 or not ops[0].startswith("$"):
         return None
     value = _parse_int(ops[0][1:])
     if value is None:
         return None
     bytes_ = value + (value & 1)
-    return value if 16 <= bytes_ <= 512 and bytes_ & (bytes_ - 1) == 0 else None
+    if not (16 <= bytes_ <= 512 and bytes_ & (bytes_ - 1) == 0):
+        return None
+    loc = _bit_location(ops[1])
+    return value if loc is not None and _holds_distance(f, pos, loc, memo) else None
 
 
 def _alias_check_fallbacks(f: AsmFunction, more_shapes: bool = False) -> frozenset[int]:
