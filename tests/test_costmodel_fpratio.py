@@ -42,7 +42,6 @@ main_compute_:
 """
 
 
-
 def _before_fp_loop(extra: str) -> str:
     """LOOPS_X86 with `extra` in the outer loop's block, before the inner FP loop."""
     return LOOPS_X86.replace("    vxorps  %xmm0, %xmm0, %xmm0\n", "    vxorps  %xmm0, %xmm0, %xmm0\n" + extra)
@@ -57,6 +56,7 @@ def _analyzed(text: str) -> tuple[asm.AsmProgram, asm.InstructionCounts]:
 def _fp_lane_runs(counts: asm.InstructionCounts) -> float:
     """FP lane operations the program executes, by its counts."""
     return sum(b.executions * fp_lanes(b.block.instructions) for b in counts.blocks)
+
 
 def test_rate_is_inner_loop_cycles_per_lane_whatever_the_counts():
     sched = ListScheduler.for_spec(dt.spec_for("x86-avx512"))
